@@ -1,0 +1,146 @@
+"""Probing and decoding source videos with decord (exact frames on random access; see NOTES.md).
+
+Frames are decoded straight to the backbone's working resolution (a ``size`` x ``size`` square,
+a multiple of 32) so that clips of different videos have one shape and batch together.
+Frames are addressed by their index in the source video; nothing here copies frames to disk
+(paper §A.2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+VIDEO_EXTENSIONS = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
+MAX_SIDE = 16384  # larger frames are refused as absurd rather than risking memory blow-up
+MAX_FPS = 1000.0
+
+
+class VideoError(Exception):
+    """A video that cannot be indexed; ``str(exc)`` is the reason recorded for the user."""
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    path: str
+    num_frames: int
+    fps: float
+    width: int
+    height: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.num_frames / self.fps
+
+    def timestamp(self, frame_index) -> np.ndarray | float:
+        """Seconds of a frame index (array or scalar)."""
+        return np.asarray(frame_index, dtype=np.float64) / self.fps
+
+
+def _reader(path: str | os.PathLike, size: int | None = None):
+    import decord
+
+    kwargs = {"num_threads": 1}
+    if size is not None:
+        kwargs.update(width=size, height=size)
+    try:
+        return decord.VideoReader(str(path), ctx=decord.cpu(0), **kwargs)
+    except Exception as exc:  # decord raises its own DECORDError / RuntimeError on bad input
+        raise VideoError(f"cannot open as video: {str(exc).splitlines()[0][:200]}") from exc
+
+
+def probe_video(path: str | os.PathLike) -> VideoInfo:
+    """Frame count, fps and size; raises :class:`VideoError` with a reason for anything unusable."""
+    p = Path(path)
+    if not p.is_file():
+        raise VideoError("file not found")
+    if p.stat().st_size == 0:
+        raise VideoError("empty file (0 bytes)")
+    vr = _reader(p)
+    n = len(vr)
+    if n <= 0:
+        raise VideoError("no decodable frames")
+    fps = float(vr.get_avg_fps() or 0.0)
+    if not np.isfinite(fps) or fps <= 0 or fps > MAX_FPS:
+        raise VideoError(f"implausible frame rate {fps}")
+    height, width = vr[0].shape[:2]
+    if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE):
+        raise VideoError(f"implausible resolution {width}x{height}")
+    return VideoInfo(path=str(p), num_frames=int(n), fps=fps, width=int(width), height=int(height))
+
+
+def decode_frames(path: str | os.PathLike, indices, *, size: int) -> np.ndarray:
+    """Frames at ``indices`` resized to ``size`` x ``size`` -> [n, size, size, 3] uint8."""
+    indices = np.asarray(indices, dtype=np.int64)
+    if indices.size == 0:
+        return np.zeros((0, size, size, 3), dtype=np.uint8)
+    vr = _reader(path, size)
+    if indices.min() < 0 or indices.max() >= len(vr):
+        raise VideoError(f"frame index out of range 0..{len(vr) - 1}")
+    try:
+        frames = vr.get_batch(indices.tolist()).asnumpy()
+    except Exception as exc:
+        raise VideoError(f"decoding failed: {str(exc).splitlines()[0][:200]}") from exc
+    return np.ascontiguousarray(frames, dtype=np.uint8)
+
+
+def candidate_frame_indices(info: VideoInfo, *, max_frames: int = 256, per_second: float = 1.0) -> np.ndarray:
+    """The frame bank's candidate frames: about ``per_second`` frames per second, at most ``max_frames``
+    (ReToken's K1 = 256), at segment centres; sorted and unique."""
+    from models.selection import uniform_indices
+
+    wanted = max(1, min(max_frames, int(round(info.duration_s * per_second))))
+    return uniform_indices(info.num_frames, wanted)
+
+
+def file_fingerprint(path: str | os.PathLike, *, chunk: int = 1 << 20) -> str:
+    """Content fingerprint: size plus hashes of the first and last MiB. Cheap on hour-long files and
+    changes when a file is replaced or re-encoded; used as the frame-cache key and to detect edits."""
+    p = Path(path)
+    size = p.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(p, "rb") as f:
+        h.update(f.read(chunk))
+        if size > chunk:
+            f.seek(max(chunk, size - chunk))
+            h.update(f.read(chunk))
+    return h.hexdigest()[:24]
+
+
+def find_videos(root: str | os.PathLike) -> list[Path]:
+    """Video files under ``root`` (recursive, by extension), in a stable sorted order."""
+    root = Path(root)
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS)
+
+
+def write_video(path: str | os.PathLike, frames, *, fps: float = 24.0, codec: str = "mpeg4") -> Path:
+    """Encode frames ([n, H, W, 3] uint8 array or an iterable of such frames) to a video file with
+    PyAV. Used to generate sample, test and synthetic videos; H and W must be even."""
+    import fractions
+
+    import av
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), mode="w") as container:
+        stream = None
+        for frame in frames:
+            frame = np.ascontiguousarray(frame, dtype=np.uint8)
+            if stream is None:
+                stream = container.add_stream(codec, rate=fractions.Fraction(fps).limit_denominator(1000))
+                stream.height, stream.width = frame.shape[:2]
+                stream.pix_fmt = "yuv420p"
+                stream.options = {"qscale": "3"} if codec == "mpeg4" else {}
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        if stream is not None:
+            for packet in stream.encode():
+                container.mux(packet)
+    return path

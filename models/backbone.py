@@ -1,0 +1,323 @@
+"""Qwen3-VL-Embedding backbone through transformers' native Qwen3-VL classes.
+
+Conventions of the reference embedder (Qwen3-VL-Embedding):
+- the instruction is the system message (default "Represent the user's input."; a full stop is added
+  when it ends without punctuation);
+- the user content is ordered video, then image, then text;
+- the chat template is applied with the generation prompt;
+- the embedding is the final hidden state of the last non-padding token (right padding), L2-normalised,
+  optionally truncated first (Matryoshka);
+- public checkpoints wrap ``Qwen3VLModel`` as the attribute ``model`` (weight names ``model.*``),
+  which :class:`Qwen3VLForEmbedding` mirrors, so public and generated checkpoints load identically.
+
+Frames arrive already decoded at the working resolution (``frame_size``, a multiple of 32), so the
+processor is called with ``do_resize=False`` and ``do_sample_frames=False``; the frame indices and
+fps travel as ``video_metadata`` so that the prompt's timestamps are the real ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoProcessor, Qwen3VLConfig, Qwen3VLModel
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLPreTrainedModel
+from transformers.video_utils import VideoMetadata
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"
+DEFAULT_INSTRUCTION = "Represent the user's input."
+DEFAULT_FRAME_SIZE = 448
+
+
+class BackboneNotFoundError(RuntimeError):
+    """The backbone weights could not be found locally or on the hub."""
+
+
+class Qwen3VLForEmbedding(Qwen3VLPreTrainedModel):
+    """``Qwen3VLModel`` under the attribute ``model``, as in the public embedding checkpoints."""
+
+    def __init__(self, config: Qwen3VLConfig):
+        super().__init__(config)
+        self.model = Qwen3VLModel(config)
+        self.post_init()
+
+    def forward(self, **inputs) -> torch.Tensor:
+        """Returns the final hidden states [B, S, D]."""
+        return self.model(**inputs, use_cache=False).last_hidden_state
+
+
+@dataclass
+class ClipStates:
+    """Valid final hidden states of a batch of clips (U_t of Eq. 4) and their mask."""
+
+    hidden: torch.Tensor  # [B, S, D]
+    mask: torch.Tensor  # [B, S] bool, True where the token is real (not padding)
+
+
+@dataclass
+class VideoClip:
+    """Decoded frames of one clip plus where they came from (for the prompt's timestamps)."""
+
+    frames: np.ndarray  # [L, H, W, 3] uint8
+    frame_indices: Sequence[int]  # indices into the source video, chronological
+    fps: float
+
+
+def normalize_instruction(instruction: str | None) -> str:
+    text = (instruction or DEFAULT_INSTRUCTION).strip()
+    if text and text[-1] not in ".!?。！？:;":
+        text += "."
+    return text
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    if device is not None and str(device) != "auto":
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in (None, "auto"):
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[str(dtype)]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _resolve(model: str | os.PathLike) -> tuple[str, Path | None]:
+    """A local directory if one exists, else the hub id (resolved through the Hugging Face cache)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise BackboneNotFoundError(
+                f"{path} exists but has no config.json; a Qwen3-VL-Embedding checkpoint directory needs "
+                "config.json, *.safetensors, the tokenizer and processor files "
+                "(or create a random one with `qaslr make-checkpoint DIR --preset tiny`)."
+            )
+        return str(path), path
+    if path.is_absolute() or str(model).startswith((".", "~")) or str(model).count("/") != 1:
+        raise BackboneNotFoundError(
+            f"backbone {model!r} is neither an existing directory nor a hub id of the form 'org/name'."
+        )
+    return str(model), None
+
+
+def checkpoint_fingerprint(directory: Path) -> str:
+    """Hash of config.json and every safetensors header (names, shapes, dtypes, offsets): cheap and
+    changes whenever the architecture or the stored tensors' layout do. Random weights with the same
+    shapes are told apart by the header's metadata-free byte offsets only if sizes differ, so the
+    generator's seed, recorded in qaslr_backbone.json, is hashed too."""
+    h = hashlib.sha256()
+    for name in ("config.json", "qaslr_backbone.json"):
+        if (directory / name).exists():
+            h.update((directory / name).read_bytes())
+    for weights in sorted(directory.glob("*.safetensors")):
+        with open(weights, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            h.update(f.read(n))
+        h.update(str(weights.stat().st_size).encode())
+    return h.hexdigest()[:16]
+
+
+class Backbone:
+    """Frozen Qwen3-VL-Embedding backbone: text, image, clip and one-shot video encodings."""
+
+    def __init__(
+        self,
+        model: Qwen3VLForEmbedding,
+        processor,
+        *,
+        model_id: str,
+        fingerprint: str,
+        frame_size: int,
+        embed_dim: int | None = None,
+        random_weights: bool = False,
+    ):
+        self.model = model.eval().requires_grad_(False)
+        self.processor = processor
+        self.model_id = model_id
+        self.fingerprint = fingerprint
+        self.frame_size = frame_size
+        self.hidden_size: int = model.config.text_config.hidden_size
+        self.embed_dim = embed_dim or self.hidden_size
+        if not 0 < self.embed_dim <= self.hidden_size:
+            raise ValueError(f"embed_dim must be in 1..{self.hidden_size}, got {self.embed_dim}")
+        self.random_weights = random_weights
+        self.temporal_patch: int = processor.video_processor.temporal_patch_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    # -- prompt construction ---------------------------------------------------------------------
+    def conversation(
+        self, *, text: str | None = None, image: bool = False, video: bool = False, instruction: str | None = None
+    ) -> list[dict]:
+        """System turn = instruction; user content ordered video, image, text (reference order)."""
+        content: list[dict] = []
+        if video:
+            content.append({"type": "video"})
+        if image:
+            content.append({"type": "image"})
+        if text is not None:
+            content.append({"type": "text", "text": text})
+        if not content:
+            content.append({"type": "text", "text": "NULL"})
+        return [
+            {"role": "system", "content": [{"type": "text", "text": normalize_instruction(instruction)}]},
+            {"role": "user", "content": content},
+        ]
+
+    def render_prompt(self, **kwargs) -> str:
+        return self.processor.apply_chat_template(self.conversation(**kwargs), tokenize=False, add_generation_prompt=True)
+
+    # -- forward ---------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _forward(self, prompts: list[str], *, images=None, videos=None, metadata=None) -> ClipStates:
+        kwargs: dict = {}
+        if images is not None:
+            kwargs.update(images=images, images_kwargs={"do_resize": False})
+        if videos is not None:
+            kwargs.update(
+                videos=videos,
+                videos_kwargs={"do_resize": False, "do_sample_frames": False, "video_metadata": metadata, "cap_pixels_per_frame": False},
+            )
+        inputs = self.processor(text=prompts, padding=True, return_tensors="pt", **kwargs)
+        inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        for key in ("pixel_values", "pixel_values_videos"):
+            if key in inputs:
+                inputs[key] = inputs[key].to(self.dtype)
+        hidden = self.model(**inputs)
+        return ClipStates(hidden=hidden, mask=inputs["attention_mask"].bool())
+
+    def pool(self, states: ClipStates) -> torch.Tensor:
+        """Last non-padding token's final hidden state, Matryoshka-truncated, L2-normalised -> [B, d]."""
+        lengths = states.mask.long().sum(dim=1)  # right padding: last valid index = length - 1
+        rows = torch.arange(states.hidden.shape[0], device=states.hidden.device)
+        last = states.hidden[rows, lengths - 1, : self.embed_dim]
+        return F.normalize(last.float(), p=2, dim=-1)
+
+    def _prepare_clip(self, clip: VideoClip):
+        frames = np.asarray(clip.frames)
+        indices = list(int(i) for i in clip.frame_indices)
+        if frames.ndim != 4 or frames.shape[-1] != 3 or len(frames) != len(indices) or len(frames) == 0:
+            raise ValueError(f"a clip needs frames [L, H, W, 3] with one index per frame; got {frames.shape}")
+        if len(frames) % self.temporal_patch:
+            # Qwen3-VL groups frames in temporal pairs; repeat the last frame as the processor would.
+            pad = self.temporal_patch - len(frames) % self.temporal_patch
+            frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+            indices = indices + [indices[-1]] * pad
+        video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)  # [L, 3, H, W]
+        meta = VideoMetadata(total_num_frames=max(indices) + 1, fps=clip.fps, frames_indices=indices)
+        return video, meta
+
+    def encode_clips(
+        self, clips: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None, instruction: str | None = None
+    ) -> ClipStates:
+        """Eq. 4: U_t = F_theta(C_t, c). Clips of different videos share one padded batch; ``texts``
+        (one per clip, or None) is the optional conditioning input placed after the video."""
+        if texts is not None and len(texts) != len(clips):
+            raise ValueError("texts must have one entry (or None) per clip")
+        videos, metadata, prompts = [], [], []
+        for i, clip in enumerate(clips):
+            video, meta = self._prepare_clip(clip)
+            videos.append(video)
+            metadata.append(meta)
+            text = texts[i] if texts is not None else None
+            prompts.append(self.render_prompt(text=text, video=True, instruction=instruction))
+        return self._forward(prompts, videos=videos, metadata=metadata)
+
+    def embed_texts(self, texts: Sequence[str], *, instruction: str | None = None) -> torch.Tensor:
+        """[B, d] L2-normalised text embeddings."""
+        prompts = [self.render_prompt(text=t, instruction=instruction) for t in texts]
+        return self.pool(self._forward(prompts))
+
+    def embed_images(self, frames: np.ndarray, *, instruction: str | None = None) -> torch.Tensor:
+        """Each frame [H, W, 3] uint8 embedded as an image -> [B, d]."""
+        images = [torch.from_numpy(np.ascontiguousarray(f)).permute(2, 0, 1) for f in frames]
+        prompts = [self.render_prompt(image=True, instruction=instruction)] * len(images)
+        return self.pool(self._forward(prompts, images=images))
+
+    def embed_videos(
+        self, videos: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None, instruction: str | None = None
+    ) -> torch.Tensor:
+        """One-shot embedding: all selected frames of each video in one context (the paper's
+        single-round baseline) -> [B, d]."""
+        return self.pool(self.encode_clips(videos, texts=texts, instruction=instruction))
+
+
+def load_backbone(
+    model: str | os.PathLike = DEFAULT_MODEL_ID,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    frame_size: int | None = None,
+    embed_dim: int | None = None,
+    revision: str | None = None,
+) -> Backbone:
+    """Load Qwen3-VL-Embedding from a hub id (default ``Qwen/Qwen3-VL-Embedding-2B``) or a local directory."""
+    source, local = _resolve(model)
+    device = pick_device(device)
+    dtype = pick_dtype(device, dtype)
+    try:
+        processor = AutoProcessor.from_pretrained(source, revision=revision, padding_side="right")
+        net = Qwen3VLForEmbedding.from_pretrained(source, revision=revision, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        if local is not None:
+            raise BackboneNotFoundError(f"could not load the backbone from directory {local}: {exc}") from exc
+        raise BackboneNotFoundError(
+            f"could not find backbone weights for {source!r} (looked for a local directory of that name and for "
+            f"the hub id in the Hugging Face cache{' and online' if not os.environ.get('HF_HUB_OFFLINE') else ''}). "
+            "Fix: download it where the hub is reachable (`huggingface-cli download "
+            f"{source}`), or pass a local checkpoint directory (--model DIR / QASLR_MODEL), or generate a "
+            "random one for testing with `qaslr make-checkpoint DIR --preset tiny` (its rankings are meaningless)."
+        ) from exc
+    processor.tokenizer.padding_side = "right"
+    net.to(device)
+    directory = local or Path(_snapshot_dir(source, revision))
+    hints = {}
+    if (directory / "qaslr_backbone.json").exists():
+        hints = json.loads((directory / "qaslr_backbone.json").read_text())
+    size = frame_size or hints.get("frame_size") or DEFAULT_FRAME_SIZE
+    if size % 32:
+        raise ValueError(f"frame_size must be a multiple of 32 (patch 16 x merge 2), got {size}")
+    backbone = Backbone(
+        net,
+        processor,
+        model_id=str(model),
+        fingerprint=checkpoint_fingerprint(directory),
+        frame_size=int(size),
+        embed_dim=embed_dim,
+        random_weights=bool(hints.get("random_weights", False)),
+    )
+    logger.info(
+        "backbone loaded: %s on %s/%s, hidden %d, embed %d, frame size %d%s",
+        model, device, str(dtype).removeprefix("torch."), backbone.hidden_size, backbone.embed_dim, size,
+        " (RANDOM WEIGHTS: rankings are meaningless)" if backbone.random_weights else "",
+    )
+    return backbone
+
+
+def _snapshot_dir(repo_id: str, revision: str | None) -> str:
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(repo_id, revision=revision, local_files_only=True)
+
+
+def freeze(module: nn.Module) -> nn.Module:
+    return module.eval().requires_grad_(False)
