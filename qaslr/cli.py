@@ -1,0 +1,48 @@
+"""The ``qaslr`` command: everything except the index (which is ``indexer``).
+
+Each subcommand lives with the package it drives and exposes ``add_arguments(parser)`` and
+``run(args) -> int``; heavy imports happen inside ``run`` so that ``qaslr --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# name -> (module, one-line help). Modules are imported when the parser is built; they must keep
+# their top level light (argparse only).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "make-checkpoint": ("models.cli", "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)"),
+    "make-head": ("models.cli_head", "write a randomly initialised streaming head for a backbone"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qaslr",
+        description="QASLR long-video retrieval: checkpoints, the search API, training and evaluation. "
+        "Index commands are under `indexer`.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ...)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
