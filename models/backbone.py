@@ -166,7 +166,12 @@ class Backbone:
 
     # -- prompt construction ---------------------------------------------------------------------
     def conversation(
-        self, *, text: str | None = None, image: bool = False, video: bool = False, instruction: str | None = None
+        self,
+        *,
+        text: str | None = None,
+        image: bool = False,
+        video: bool = False,
+        instruction: str | None = None,
     ) -> list[dict]:
         """System turn = instruction; user content ordered video, image, text (reference order)."""
         content: list[dict] = []
@@ -184,7 +189,9 @@ class Backbone:
         ]
 
     def render_prompt(self, **kwargs) -> str:
-        return self.processor.apply_chat_template(self.conversation(**kwargs), tokenize=False, add_generation_prompt=True)
+        return self.processor.apply_chat_template(
+            self.conversation(**kwargs), tokenize=False, add_generation_prompt=True
+        )
 
     # -- forward ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -195,7 +202,12 @@ class Backbone:
         if videos is not None:
             kwargs.update(
                 videos=videos,
-                videos_kwargs={"do_resize": False, "do_sample_frames": False, "video_metadata": metadata, "cap_pixels_per_frame": False},
+                videos_kwargs={
+                    "do_resize": False,
+                    "do_sample_frames": False,
+                    "video_metadata": metadata,
+                    "cap_pixels_per_frame": False,
+                },
             )
         inputs = self.processor(text=prompts, padding=True, return_tensors="pt", **kwargs)
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
@@ -227,7 +239,11 @@ class Backbone:
         return video, meta
 
     def encode_clips(
-        self, clips: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None, instruction: str | None = None
+        self,
+        clips: Sequence[VideoClip],
+        *,
+        texts: Sequence[str | None] | None = None,
+        instruction: str | None = None,
     ) -> ClipStates:
         """Eq. 4: U_t = F_theta(C_t, c). Clips of different videos share one padded batch; ``texts``
         (one per clip, or None) is the optional conditioning input placed after the video."""
@@ -254,7 +270,11 @@ class Backbone:
         return self.pool(self._forward(prompts, images=images))
 
     def embed_videos(
-        self, videos: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None, instruction: str | None = None
+        self,
+        videos: Sequence[VideoClip],
+        *,
+        texts: Sequence[str | None] | None = None,
+        instruction: str | None = None,
     ) -> torch.Tensor:
         """One-shot embedding: all selected frames of each video in one context (the paper's
         single-round baseline) -> [B, d]."""
@@ -307,7 +327,12 @@ def load_backbone(
     )
     logger.info(
         "backbone loaded: %s on %s/%s, hidden %d, embed %d, frame size %d%s",
-        model, device, str(dtype).removeprefix("torch."), backbone.hidden_size, backbone.embed_dim, size,
+        model,
+        device,
+        str(dtype).removeprefix("torch."),
+        backbone.hidden_size,
+        backbone.embed_dim,
+        size,
         " (RANDOM WEIGHTS: rankings are meaningless)" if backbone.random_weights else "",
     )
     return backbone

@@ -67,20 +67,43 @@ class Preset:
     dtype: torch.dtype
 
 
-_QWEN_MROPE = {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20], "mrope_interleaved": True}
+_QWEN_MROPE = {
+    "rope_type": "default",
+    "rope_theta": 5_000_000.0,
+    "mrope_section": [24, 20, 20],
+    "mrope_interleaved": True,
+}
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         name="tiny",
         text=dict(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=4096,
             # mrope_section must sum to head_dim / 2
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
         ),
         vision=dict(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
-            temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16, deepstack_visual_indexes=[0],
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=64,
+            num_position_embeddings=16,
+            deepstack_visual_indexes=[0],
         ),
         vocab_size=None,
         frame_size=64,
@@ -90,13 +113,26 @@ PRESETS: dict[str, Preset] = {
     "2b": Preset(
         name="2b",
         text=dict(
-            hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-            num_key_value_heads=8, head_dim=128, max_position_embeddings=262144, rope_parameters=_QWEN_MROPE,
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=262144,
+            rope_parameters=_QWEN_MROPE,
             tie_word_embeddings=True,
         ),
         vision=dict(
-            depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16, spatial_merge_size=2,
-            temporal_patch_size=2, out_hidden_size=2048, num_position_embeddings=2304,
+            depth=24,
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_heads=16,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=2048,
+            num_position_embeddings=2304,
             deepstack_visual_indexes=[5, 11, 17],
         ),
         vocab_size=151936,
@@ -107,12 +143,25 @@ PRESETS: dict[str, Preset] = {
     "8b": Preset(
         name="8b",
         text=dict(
-            hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-            num_key_value_heads=8, head_dim=128, max_position_embeddings=262144, rope_parameters=_QWEN_MROPE,
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=262144,
+            rope_parameters=_QWEN_MROPE,
         ),
         vision=dict(
-            depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, patch_size=16, spatial_merge_size=2,
-            temporal_patch_size=2, out_hidden_size=4096, num_position_embeddings=2304,
+            depth=27,
+            hidden_size=1152,
+            intermediate_size=4304,
+            num_heads=16,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=4096,
+            num_position_embeddings=2304,
             deepstack_visual_indexes=[8, 16, 24],
         ),
         vocab_size=151936,
@@ -152,7 +201,12 @@ def _train_tokenizer(seed: int, vocab_size: int = 600):
 
 
 def _build_processor(seed: int, directory: Path):
-    from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+    from transformers import (
+        PreTrainedTokenizerFast,
+        Qwen2VLImageProcessor,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
 
     raw = _train_tokenizer(seed)
     tokenizer = PreTrainedTokenizerFast(
@@ -162,9 +216,15 @@ def _build_processor(seed: int, directory: Path):
         additional_special_tokens=SPECIAL_TOKENS[1:],
         padding_side="right",
     )
-    vision_kwargs = dict(patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    image_processor = Qwen2VLImageProcessor(size={"shortest_edge": 32 * 32, "longest_edge": 1280 * 32 * 32}, **vision_kwargs)
-    video_processor = Qwen3VLVideoProcessor(size={"shortest_edge": 32 * 32, "longest_edge": 768 * 32 * 32}, **vision_kwargs)
+    vision_kwargs = dict(
+        patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
+    )
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 32 * 32, "longest_edge": 1280 * 32 * 32}, **vision_kwargs
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        size={"shortest_edge": 32 * 32, "longest_edge": 768 * 32 * 32}, **vision_kwargs
+    )
     processor = Qwen3VLProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -209,7 +269,11 @@ def make_checkpoint(directory: str | Path, *, preset: str = "tiny", seed: int = 
         model = Qwen3VLForEmbedding(config).to(spec.dtype)
     model.save_pretrained(str(directory), safe_serialization=True)
     (directory / "qaslr_backbone.json").write_text(
-        json.dumps({"preset": preset, "seed": seed, "frame_size": spec.frame_size, "random_weights": True}, indent=2)
+        json.dumps(
+            {"preset": preset, "seed": seed, "frame_size": spec.frame_size, "random_weights": True}, indent=2
+        )
     )
-    logger.info("wrote %s checkpoint (seed %d, %d parameters) to %s", preset, seed, model.num_parameters(), directory)
+    logger.info(
+        "wrote %s checkpoint (seed %d, %d parameters) to %s", preset, seed, model.num_parameters(), directory
+    )
     return directory

@@ -11,7 +11,9 @@ import argparse
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", help="output directory (created if missing)")
-    p.add_argument("--preset", default="tiny", choices=["tiny", "2b", "8b"], help="architecture (default: tiny)")
+    p.add_argument(
+        "--preset", default="tiny", choices=["tiny", "2b", "8b"], help="architecture (default: tiny)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same weights")
 
 

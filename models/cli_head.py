@@ -11,8 +11,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", help="output directory")
     p.add_argument("--model", required=True, help="backbone hub id or checkpoint directory (sets D and d)")
     p.add_argument("--think-tokens", type=int, default=32, help="N think tokens (paper default 32)")
-    p.add_argument("--evidence-tokens", type=int, default=256, help="M evidence tokens per clip (default 256)")
-    p.add_argument("--heads", type=int, default=None, help="attention heads (default: 16, or fewer for tiny dims)")
+    p.add_argument(
+        "--evidence-tokens", type=int, default=256, help="M evidence tokens per clip (default 256)"
+    )
+    p.add_argument(
+        "--heads", type=int, default=None, help="attention heads (default: 16, or fewer for tiny dims)"
+    )
     p.add_argument("--seed", type=int, default=0)
 
 

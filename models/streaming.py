@@ -131,7 +131,9 @@ class VideoEncoder:
 
     # -- streaming pathway -----------------------------------------------------------------------
     @torch.inference_mode()
-    def evidence(self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None) -> list[EvidenceBanks]:
+    def evidence(
+        self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None
+    ) -> list[EvidenceBanks]:
         """Backbone + compression for every clip of every video; clips of different videos share
         backbone batches of ``clip_batch_size``. ``texts`` (one per video) conditions every clip."""
         jobs: list[tuple[int, VideoClip, str | None]] = []
@@ -143,7 +145,9 @@ class VideoEncoder:
                 pos = row[valid]
                 indices = np.asarray(video.frame_indices)[pos]
                 clip_frames[v].append(indices)
-                jobs.append((v, VideoClip(video.frames[pos], indices, video.fps), texts[v] if texts else None))
+                jobs.append(
+                    (v, VideoClip(video.frames[pos], indices, video.fps), texts[v] if texts else None)
+                )
         per_video: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in videos]
         step = self.config.clip_batch_size
         for start in range(0, len(jobs), step):
@@ -188,7 +192,9 @@ class VideoEncoder:
         return results
 
     # -- both pathways ---------------------------------------------------------------------------
-    def encode(self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None) -> list[VideoEmbedding]:
+    def encode(
+        self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None
+    ) -> list[VideoEmbedding]:
         """Embed each video (optionally conditioned on one text per video)."""
         if not videos:
             return []
@@ -216,7 +222,9 @@ class VideoEncoder:
                 instruction=self.instruction,
             ).cpu()
             for v, row in zip(chunk, z, strict=True):
-                results.append(VideoEmbedding(final=row, steps=row[None], clip_frames=[np.asarray(v.frame_indices)]))
+                results.append(
+                    VideoEmbedding(final=row, steps=row[None], clip_frames=[np.asarray(v.frame_indices)])
+                )
             start = end
         return results
 

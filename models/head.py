@@ -1,0 +1,369 @@
+"""The QASLR streaming latent reasoning head (§3.3, Eq. 6-10).
+
+N learnable think tokens form a persistent latent memory per video (Eq. 6). At every clip step
+the memory cross-attends to that clip's evidence bank E_t (Eq. 7), runs a feed-forward update
+(Eq. 8), and a learnable embed token attention-pools the memory into the readout z_t (Eq. 9):
+
+    H~_t = LN[H_{t-1} + MHA(LN(H_{t-1}), LN(E_t), LN(E_t))]                     # Eq. 7
+    H_t  = LN[H~_t + FFN(H~_t)]                                                  # Eq. 8
+    r_t  = MHA(e, H_t, H_t),   z_t = W r_t / ||W r_t||_2                         # Eq. 9
+    Z    = (z_1, ..., z_T), final embedding z_T                                  # Eq. 10
+
+Batch rows are independent videos: they never attend to each other, padded evidence tokens are
+excluded through the attention mask, and absent steps leave a row's state untouched.
+
+Trainable parameters at the real 2B dimensions (D = d = 2048, N = 32, M = 256, 16 heads,
+ffn_mult = 4), measured by instantiating the head (see ``num_trainable_parameters``):
+
+    depth 1:  71,413,761   (one update block is 50,366,464; readout MHA + W + tokens ~21.0M)
+    depth 3: 172,146,689
+    depth 4: 222,513,153   (smallest depth at or above the paper's ~200M, §A.2)
+
+At the 8B dimensions (D = d = 4096, otherwise the same): depth 1 285,433,857; depth 2 486,830,081;
+depth 3 688,226,305 (paper: ~600M). Counts include the learnable temperature (1 parameter).
+
+The paper reports "approximately 200 million" trainable parameters for the 2B configuration
+without giving the head's exact layout; Eq. 7-8 describe a single block (depth 1), which is the
+default here. Per-step cost matches §A.12 Eq. 16: O(NMD + (N + M) D^2 + Dd).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CONFIG_FILENAME",
+    "WEIGHTS_FILENAME",
+    "HeadOutput",
+    "StreamingHead",
+    "StreamingHeadConfig",
+    "create_head",
+    "head_fingerprint",
+    "load_head",
+    "num_trainable_parameters",
+    "save_head",
+]
+
+CONFIG_FILENAME = "head_config.json"
+WEIGHTS_FILENAME = "head.safetensors"
+
+
+@dataclass
+class StreamingHeadConfig:
+    hidden_size: int  # D, the backbone hidden size
+    embed_dim: int  # d, the shared embedding space
+    num_think_tokens: int = 32  # N (§3.2)
+    max_evidence_tokens: int = 256  # M (§3.2), the compression budget per clip
+    num_heads: int = 16
+    ffn_mult: int = 4
+    depth: int = 1  # update blocks applied per clip step; Eq. 7-8 is depth 1
+    dropout: float = 0.0
+    init_temperature: float = 0.05  # tau of Eq. 1 / Eq. 11
+    learnable_temperature: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "embed_dim", "num_think_tokens", "max_evidence_tokens", "num_heads"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.ffn_mult < 1 or self.depth < 1:
+            raise ValueError(f"ffn_mult and depth must be >= 1, got {self.ffn_mult} and {self.depth}")
+        if self.hidden_size % self.num_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not self.init_temperature > 0:
+            raise ValueError(f"init_temperature must be positive, got {self.init_temperature}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StreamingHeadConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown StreamingHeadConfig fields: {unknown}")
+        return cls(**data)
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """Serialise to a JSON string; also write it to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> StreamingHeadConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@dataclass
+class HeadOutput:
+    step_embeddings: Tensor  # [B, T, d], z_t after every step (Eq. 10); zeros at invalid steps
+    step_mask: Tensor  # [B, T] bool, steps that updated the state
+    final: Tensor  # [B, d], readout at each row's last valid step (z_T)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention of queries [B, Nq, D] over keys/values [B, Nk, D] with a key mask."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None = None) -> Tensor:
+        b, nq, dim = q.shape
+        nk = k.shape[1]
+        h = self.num_heads
+        q = self.q_proj(q).view(b, nq, h, dim // h).transpose(1, 2)  # [B, h, Nq, D/h]
+        k = self.k_proj(k).view(b, nk, h, dim // h).transpose(1, 2)  # [B, h, Nk, D/h]
+        v = self.v_proj(v).view(b, nk, h, dim // h).transpose(1, 2)  # [B, h, Nk, D/h]
+        attn_mask = None if key_mask is None else key_mask[:, None, None, :]  # [B, 1, 1, Nk], True = attend
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
+        )  # [B, h, Nq, D/h]
+        return self.out_proj(y.transpose(1, 2).reshape(b, nq, dim))
+
+
+class UpdateBlock(nn.Module):
+    """One memory update: Eq. 7 (pre-LN cross-attention + residual + LN), Eq. 8 (FFN + residual + LN)."""
+
+    def __init__(self, config: StreamingHeadConfig):
+        super().__init__()
+        dim = config.hidden_size
+        self.ln_memory = nn.LayerNorm(dim)  # LN(H_{t-1})
+        self.ln_evidence = nn.LayerNorm(dim)  # LN(E_t), shared by keys and values
+        self.attn = CrossAttention(dim, config.num_heads, config.dropout)
+        self.ln_attn = nn.LayerNorm(dim)  # outer LN of Eq. 7
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, config.ffn_mult * dim),
+            nn.GELU(),
+            nn.Linear(config.ffn_mult * dim, dim),
+        )
+        self.ln_ffn = nn.LayerNorm(dim)  # outer LN of Eq. 8
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, memory: Tensor, evidence: Tensor, evidence_mask: Tensor) -> Tensor:
+        # memory [B, N, D], evidence [B, M, D], evidence_mask [B, M]
+        e = self.ln_evidence(evidence)
+        h = self.ln_attn(memory + self.drop(self.attn(self.ln_memory(memory), e, e, evidence_mask)))  # Eq. 7
+        return self.ln_ffn(h + self.drop(self.ffn(h)))  # Eq. 8
+
+
+class StreamingHead(nn.Module):
+    def __init__(self, config: StreamingHeadConfig):
+        super().__init__()
+        self.config = config
+        dim = config.hidden_size
+        self.think_tokens = nn.Parameter(torch.empty(config.num_think_tokens, dim))  # H_0, Eq. 6
+        self.blocks = nn.ModuleList(UpdateBlock(config) for _ in range(config.depth))
+        self.embed_token = nn.Parameter(torch.empty(1, dim))  # e, Eq. 9
+        self.readout_attn = CrossAttention(dim, config.num_heads, config.dropout)
+        self.proj = nn.Linear(dim, config.embed_dim, bias=False)  # W, Eq. 9
+        self.log_temperature = nn.Parameter(
+            torch.tensor(math.log(config.init_temperature)), requires_grad=config.learnable_temperature
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        nn.init.normal_(self.think_tokens, std=0.02)
+        nn.init.normal_(self.embed_token, std=0.02)
+        with torch.no_grad():
+            self.log_temperature.fill_(math.log(self.config.init_temperature))
+
+    @property
+    def temperature(self) -> Tensor:
+        """Contrastive temperature tau (Eq. 1, Eq. 11), stored in log space."""
+        return self.log_temperature.exp()
+
+    # ---- incremental API -------------------------------------------------------------------------
+
+    def init_state(self, batch_size: int) -> Tensor:
+        """H_0 for ``batch_size`` videos: [B, N, D] (Eq. 6)."""
+        return self.think_tokens.unsqueeze(0).expand(batch_size, -1, -1)
+
+    def update(
+        self,
+        state: Tensor,
+        evidence: Tensor,
+        evidence_mask: Tensor,
+        *,
+        active: Tensor | None = None,
+    ) -> Tensor:
+        """One streaming step H_{t-1} -> H_t (Eq. 7-8).
+
+        state [B, N, D], evidence [B, M, D], evidence_mask [B, M] (True = real token),
+        active [B] (False = keep the previous state). Rows whose evidence is fully masked are
+        treated as inactive.
+        """
+        if evidence.shape[1] == 0:  # no evidence tokens at all: nothing can change
+            return state
+        evidence_mask = evidence_mask.to(device=evidence.device, dtype=torch.bool)
+        has_evidence = evidence_mask.any(dim=-1)  # [B]
+        active = has_evidence if active is None else active.to(has_evidence.device).bool() & has_evidence
+        # Give empty rows one dummy key so attention stays finite; their result is discarded below.
+        safe_mask = evidence_mask.clone()
+        safe_mask[:, 0] |= ~has_evidence
+        new = state
+        for block in self.blocks:
+            new = block(new, evidence, safe_mask)
+        return torch.where(active[:, None, None], new, state)
+
+    def readout(self, state: Tensor) -> Tensor:
+        """z = W r / ||W r|| with r = MHA(e, H, H) (Eq. 9): [B, N, D] -> [B, d]."""
+        e = self.embed_token.unsqueeze(0).expand(state.shape[0], -1, -1)  # [B, 1, D]
+        r = self.readout_attn(e, state, state).squeeze(1)  # [B, D]
+        return F.normalize(self.proj(r), dim=-1)  # [B, d]
+
+    # ---- full sequence ---------------------------------------------------------------------------
+
+    def forward(
+        self,
+        evidence: Tensor,
+        evidence_mask: Tensor,
+        step_mask: Tensor,
+        *,
+        reset_memory: bool = False,
+    ) -> HeadOutput:
+        """Stream T clip evidence banks through the memory and read out after each step.
+
+        evidence [B, T, M, D], evidence_mask [B, T, M], step_mask [B, T]. With ``reset_memory``
+        the state is re-initialised to H_0 before every step (the no-memory control of Table 5).
+        """
+        b, t, _, _ = evidence.shape
+        evidence_mask = evidence_mask.to(device=evidence.device, dtype=torch.bool)
+        step_mask = step_mask.to(device=evidence.device, dtype=torch.bool) & evidence_mask.any(
+            dim=-1
+        )  # [B, T]
+        h0 = self.init_state(b)
+        state = h0
+        steps = []
+        for i in range(t):
+            active = step_mask[:, i]  # [B]
+            if reset_memory:
+                state = torch.where(active[:, None, None], h0, state)
+            state = self.update(state, evidence[:, i], evidence_mask[:, i], active=active)
+            steps.append(self.readout(state))  # z_t, [B, d]
+        d = self.config.embed_dim
+        step_embeddings = torch.stack(steps, dim=1) if steps else evidence.new_zeros(b, 0, d)  # [B, T, d]
+        step_embeddings = torch.where(step_mask[..., None], step_embeddings, 0.0)  # zeros at invalid steps
+        # z_T: the readout at each row's last valid step; rows without any valid step read out H_0.
+        positions = torch.arange(t, device=evidence.device)
+        last = torch.where(step_mask, positions, -1).amax(dim=1) if t > 0 else positions.new_full((b,), -1)
+        has_step = last >= 0  # [B]
+        rows = torch.arange(b, device=evidence.device)
+        final = step_embeddings[rows, last.clamp(min=0)] if t > 0 else evidence.new_zeros(b, d)  # [B, d]
+        if not bool(has_step.all()):
+            final = torch.where(has_step[:, None], final, self.readout(h0))
+        return HeadOutput(step_embeddings=step_embeddings, step_mask=step_mask, final=final)
+
+
+# ---- utilities -----------------------------------------------------------------------------------
+
+
+def num_trainable_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def create_head(config: StreamingHeadConfig, *, seed: int | None = None) -> StreamingHead:
+    """A freshly initialised head; the same seed gives identical weights (global RNG untouched)."""
+    if seed is None:
+        return StreamingHead(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return StreamingHead(config)
+
+
+def save_head(head: StreamingHead, directory: str | os.PathLike) -> Path:
+    """Write ``head_config.json`` and ``head.safetensors`` into ``directory`` (atomic per file)."""
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    for name, write in (
+        (WEIGHTS_FILENAME, lambda p: save_file(tensors, str(p), metadata={"format": "pt"})),
+        (CONFIG_FILENAME, lambda p: head.config.to_json(p)),
+    ):
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
+        os.close(fd)
+        try:
+            write(tmp)
+            os.replace(tmp, out / name)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    logger.info("saved streaming head (%d trainable parameters) to %s", num_trainable_parameters(head), out)
+    return out
+
+
+def _require_head_files(directory: str | os.PathLike) -> tuple[Path, Path]:
+    d = Path(directory)
+    config_path, weights_path = d / CONFIG_FILENAME, d / WEIGHTS_FILENAME
+    missing = [p.name for p in (config_path, weights_path) if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"streaming head directory {str(d)!r} is missing {missing}; "
+            f"expected {CONFIG_FILENAME} and {WEIGHTS_FILENAME} (written by save_head)"
+        )
+    return config_path, weights_path
+
+
+def load_head(
+    directory: str | os.PathLike,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> StreamingHead:
+    """Load a head written by ``save_head``; keeps the stored dtype unless ``dtype`` is given."""
+    from safetensors.torch import load_file
+
+    config_path, weights_path = _require_head_files(directory)
+    config = StreamingHeadConfig.from_json(config_path)
+    state = load_file(str(weights_path), device="cpu")
+    with torch.device("meta"):
+        head = StreamingHead(config)
+    head.load_state_dict(state, strict=True, assign=True)
+    head.log_temperature.requires_grad_(config.learnable_temperature)
+    if device is not None or dtype is not None:
+        head = head.to(device=device, dtype=dtype)
+    return head
+
+
+def head_fingerprint(directory: str | os.PathLike) -> str:
+    """sha256 over ``head_config.json`` then ``head.safetensors``; first 16 hex characters."""
+    digest = hashlib.sha256()
+    for path in _require_head_files(directory):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]

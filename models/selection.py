@@ -1,0 +1,171 @@
+"""Frame selection and clip partitioning (QASLR §3.2, Eq. 2-3).
+
+The selector returns an ordered sequence of at most K_max frame indices
+
+    I(V, c) = (k_1, ..., k_{K_V}),  k_1 < ... < k_{K_V},  K_V <= K_max          # Eq. 2
+
+which are then split into T = ceil(K_V / L) clips of L frames each, the last clip padded and
+masked                                                                         # Eq. 3
+
+Two selectors are provided:
+
+- ``uniform_indices``: query-independent, the centres of K_V equal temporal segments (the
+  indexable setting, and the first stage of the service).
+- ``query_aware_positions``: Q-Frame style; softmax of frame-query similarities over a
+  temperature, then Gumbel-max top-k sampling without replacement, seeded, with chronological
+  order restored (the query-conditioned setting).
+
+Everything here is pure numpy (torch tensors are accepted as score input) and has no model
+dependency.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "frames_per_clip",
+    "partition_clips",
+    "query_aware_positions",
+    "uniform_indices",
+]
+
+
+def uniform_indices(num_frames: int, k: int) -> np.ndarray:
+    """Query-independent selection: the centres of K_V = min(k, num_frames) equal segments.
+
+    Segment i covers [i * F / K_V, (i + 1) * F / K_V); its centre frame is
+    floor((i + 0.5) * F / K_V). Because every segment is at least one frame long the result is
+    strictly increasing (sorted and unique) and lies in [0, num_frames).
+
+    Returns an int64 array of shape [K_V].
+    """
+    if num_frames <= 0:
+        raise ValueError(f"num_frames must be positive, got {num_frames}")
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    k_v = min(k, num_frames)
+    # Integer arithmetic: floor(((2i + 1) * F) / (2 K_V)) avoids float rounding at large F.
+    i = np.arange(k_v, dtype=np.int64)
+    return ((2 * i + 1) * num_frames) // (2 * k_v)
+
+
+def _to_numpy_1d(scores: Any) -> np.ndarray:
+    if hasattr(scores, "detach"):  # torch.Tensor, without importing torch here
+        scores = scores.detach().to("cpu").double().numpy()
+    arr = np.asarray(scores, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"scores must be 1-D, got shape {arr.shape}")
+    if np.isnan(arr).any():
+        raise ValueError("scores contain NaN")
+    return arr
+
+
+def query_aware_positions(
+    scores: Any,
+    k: int,
+    *,
+    temperature: float = 0.8,
+    seed: int | None = None,
+) -> np.ndarray:
+    """Q-Frame style query-aware selection over C candidate frames.
+
+    ``scores`` holds the similarity of each of the C candidate frames to the query (1-D numpy
+    array, list or torch tensor). The selection distribution is
+
+        p = softmax(scores / temperature)
+
+    and min(k, C) candidates are drawn *without replacement* by the Gumbel-max trick: the
+    positions of the top-k values of ``log p + g`` with g ~ Gumbel(0, 1) i.i.d. drawn from
+    ``numpy.random.default_rng(seed)``. This is an exact sample of sequential sampling without
+    replacement from p, so a fixed seed gives a fixed selection.
+
+    Returns the chosen *candidate positions* (int64, into ``scores``), sorted ascending so that
+    chronological order is restored (Eq. 2). The caller maps positions to source-video frame
+    indices (e.g. ``candidate_frame_indices[positions]``); when the candidate list is itself in
+    chronological order, the mapped frame indices are sorted too.
+
+    Candidates with score ``-inf`` have probability zero and are only picked once every finite
+    candidate has been picked.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    s = _to_numpy_1d(scores)
+    num_candidates = s.shape[0]
+    k_v = min(k, num_candidates)
+    if k_v == 0:
+        return np.zeros(0, dtype=np.int64)
+
+    logits = s / temperature
+    finite = np.isfinite(logits)
+    if not finite.any():
+        raise ValueError("scores must contain at least one finite value")
+    m = logits[finite].max()
+    log_p = logits - (m + np.log(np.exp(logits[finite] - m).sum()))  # log softmax
+    rng = np.random.default_rng(seed)
+    perturbed = log_p + rng.gumbel(size=num_candidates)
+    # Stable argsort on the negated keys: ties (only possible among -inf) break by position.
+    top = np.argsort(-perturbed, kind="stable")[:k_v]
+    return np.sort(top).astype(np.int64)
+
+
+def frames_per_clip(
+    num_selected: int,
+    *,
+    k_max: int = 128,
+    l_max: int = 16,
+    temporal_patch: int = 2,
+) -> int:
+    """Frames per clip L for ``num_selected`` selected frames.
+
+    §3.2 / §A.7: L = 16 at the full budget K = 128 (T_max = 8 streaming updates), and fewer frames
+    per clip for shorter inputs. The rule keeps the number of steps at T_max where possible:
+
+        T_max = ceil(k_max / l_max)
+        L     = min(l_max, ceil(num_selected / T_max)), rounded UP to a multiple of temporal_patch,
+                and at least temporal_patch
+
+    The rounding exists because Qwen3-VL groups video frames in temporal pairs
+    (temporal_patch_size = 2), so an odd clip would be padded by the processor anyway.
+    Examples with the defaults: 128 -> 16, 64 -> 8, 20 -> 4, 10 -> 2, 1 -> 2, 500 -> 16.
+    ``num_selected == 0`` returns ``temporal_patch`` (there are no clips to fill).
+    """
+    if num_selected < 0:
+        raise ValueError(f"num_selected must be >= 0, got {num_selected}")
+    if temporal_patch < 1:
+        raise ValueError(f"temporal_patch must be >= 1, got {temporal_patch}")
+    if l_max < temporal_patch or l_max % temporal_patch != 0:
+        raise ValueError(f"l_max ({l_max}) must be a positive multiple of temporal_patch ({temporal_patch})")
+    if k_max < 1:
+        raise ValueError(f"k_max must be >= 1, got {k_max}")
+    # §3.2 / §A.7: fewer frames per clip for shorter inputs, keeping T = T_max steps where possible.
+    t_max = math.ceil(k_max / l_max)
+    clip = min(l_max, math.ceil(num_selected / t_max))
+    clip = math.ceil(clip / temporal_patch) * temporal_patch  # whole temporal patches
+    return max(clip, temporal_patch)
+
+
+def partition_clips(indices: Any, clip_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split selected frame indices into T = ceil(K_V / L) clips of L = clip_len frames (Eq. 3).
+
+    Returns ``(clips, mask)``: ``clips`` is int64 [T, L] padded with -1 in the last clip, ``mask``
+    is bool [T, L] (True = real frame). Empty input gives arrays of shape (0, L).
+    """
+    if clip_len < 1:
+        raise ValueError(f"clip_len must be >= 1, got {clip_len}")
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)  # [K_V]
+    k_v = idx.shape[0]
+    num_clips = math.ceil(k_v / clip_len)  # Eq. 3: T = ceil(K_V / L)
+    flat = np.full(num_clips * clip_len, -1, dtype=np.int64)
+    flat[:k_v] = idx
+    mask = np.zeros(num_clips * clip_len, dtype=bool)
+    mask[:k_v] = True
+    return flat.reshape(num_clips, clip_len), mask.reshape(num_clips, clip_len)

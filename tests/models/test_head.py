@@ -1,0 +1,201 @@
+import json
+
+import pytest
+import torch
+
+from models.head import (
+    StreamingHead,
+    StreamingHeadConfig,
+    create_head,
+    head_fingerprint,
+    load_head,
+    num_trainable_parameters,
+    save_head,
+)
+
+D, d = 32, 24
+
+
+def _config(**kw):
+    base = dict(hidden_size=D, embed_dim=d, num_think_tokens=4, max_evidence_tokens=16, num_heads=4)
+    base.update(kw)
+    return StreamingHeadConfig(**base)
+
+
+def _head(seed=0, **kw):
+    return create_head(_config(**kw), seed=seed).double().eval()
+
+
+def _video(seed, steps, tokens):
+    """One video: evidence [T, M, D] with a ragged number of valid tokens per step."""
+    g = torch.Generator().manual_seed(seed)
+    ev = torch.randn(steps, tokens, D, generator=g, dtype=torch.float64)
+    counts = torch.randint(1, tokens + 1, (steps,), generator=g)
+    mask = torch.arange(tokens)[None] < counts[:, None]
+    return ev, mask
+
+
+def _pad_batch(videos, steps, tokens, garbage=0.0):
+    b = len(videos)
+    ev = torch.full((b, steps, tokens, D), garbage, dtype=torch.float64)
+    ev_mask = torch.zeros(b, steps, tokens, dtype=torch.bool)
+    step_mask = torch.zeros(b, steps, dtype=torch.bool)
+    for i, (e, m) in enumerate(videos):
+        t, n = m.shape
+        ev[i, :t, :n] = e
+        ev_mask[i, :t, :n] = m
+        step_mask[i, :t] = True
+    return ev, ev_mask, step_mask
+
+
+def test_config_validation_and_json(tmp_path):
+    with pytest.raises(ValueError):
+        _config(num_heads=5)
+    with pytest.raises(ValueError):
+        _config(depth=0)
+    cfg = _config(depth=2, learnable_temperature=False)
+    path = tmp_path / "c.json"
+    cfg.to_json(path)
+    assert StreamingHeadConfig.from_json(path) == cfg
+    assert json.loads(cfg.to_json())["depth"] == 2
+    with pytest.raises(ValueError):
+        StreamingHeadConfig.from_dict({**cfg.to_dict(), "bogus": 1})
+
+
+def test_outputs_normalised_and_shapes():
+    head = _head()
+    ev, ev_mask, step_mask = _pad_batch([_video(1, 3, 10), _video(2, 2, 7)], 3, 10)
+    out = head(ev, ev_mask, step_mask)
+    assert out.step_embeddings.shape == (2, 3, d) and out.final.shape == (2, d)
+    norms = out.step_embeddings.norm(dim=-1)
+    torch.testing.assert_close(norms[out.step_mask], torch.ones(5, dtype=torch.float64))
+    assert torch.all(out.step_embeddings[1, 2] == 0)
+    torch.testing.assert_close(out.final.norm(dim=-1), torch.ones(2, dtype=torch.float64))
+    torch.testing.assert_close(out.final[1], out.step_embeddings[1, 1])
+
+
+def test_batching_matches_single_videos():
+    head = _head()
+    videos = [_video(1, 4, 12), _video(2, 1, 5), _video(3, 2, 12), _video(4, 3, 9)]
+    batch = head(*_pad_batch(videos, 4, 12))
+    for i, v in enumerate(videos):
+        t = v[1].shape[0]
+        alone = head(*_pad_batch([v], t, v[1].shape[1]))
+        torch.testing.assert_close(batch.step_embeddings[i, :t], alone.step_embeddings[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(batch.final[i], alone.final[0], rtol=0, atol=1e-12)
+        assert batch.step_mask[i].sum() == t
+
+
+def test_incremental_api_matches_forward():
+    head = _head(depth=2)
+    ev, ev_mask, step_mask = _pad_batch([_video(5, 3, 8), _video(6, 2, 8)], 3, 8)
+    out = head(ev, ev_mask, step_mask)
+    state = head.init_state(2)
+    for t in range(3):
+        state = head.update(state, ev[:, t], ev_mask[:, t], active=step_mask[:, t])
+        z = head.readout(state)
+        torch.testing.assert_close(z[step_mask[:, t]], out.step_embeddings[:, t][step_mask[:, t]])
+    torch.testing.assert_close(head.readout(state), out.final)
+
+
+def test_padding_tokens_do_not_change_results():
+    head = _head()
+    videos = [_video(7, 3, 6), _video(8, 2, 4)]
+    clean = head(*_pad_batch(videos, 3, 6))
+    padded = head(*_pad_batch(videos, 3, 11, garbage=1e3))  # extra masked garbage tokens
+    torch.testing.assert_close(clean.step_embeddings, padded.step_embeddings, rtol=0, atol=1e-12)
+    torch.testing.assert_close(clean.final, padded.final, rtol=0, atol=1e-12)
+
+
+def test_absent_and_empty_steps_keep_state():
+    head = _head()
+    ev, mask = _video(9, 3, 6)
+    ref = head(*_pad_batch([(ev, mask)], 3, 6))
+    # insert an absent step (step_mask False) and an empty step (evidence all masked) in the middle
+    ev2 = torch.cat([ev[:1], torch.randn(2, 6, D, dtype=torch.float64), ev[1:]])
+    mask2 = torch.cat([mask[:1], torch.zeros(2, 6, dtype=torch.bool), mask[1:]])
+    mask2[1, :3] = True  # step 1 has evidence but is marked absent
+    step_mask = torch.tensor([[True, False, True, True, True]])
+    out = head(ev2[None], mask2[None], step_mask)
+    assert out.step_mask.tolist() == [[True, False, False, True, True]]
+    assert torch.isfinite(out.step_embeddings).all()
+    torch.testing.assert_close(out.step_embeddings[0, [0, 3, 4]], ref.step_embeddings[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(out.final, ref.final, rtol=0, atol=1e-12)
+
+
+def test_empty_evidence_rows_have_finite_gradients():
+    head = create_head(_config(), seed=0)
+    ev = torch.randn(2, 2, 5, D)
+    ev_mask = torch.ones(2, 2, 5, dtype=torch.bool)
+    ev_mask[1] = False  # a row with no evidence at all
+    out = head(ev, ev_mask, torch.ones(2, 2, dtype=torch.bool))
+    assert out.step_mask[1].sum() == 0 and torch.isfinite(out.final).all()
+    out.final.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in head.parameters() if p.grad is not None)
+
+
+def test_clip_order_and_reset_memory_matter():
+    head = _head()
+    ev, ev_mask, step_mask = _pad_batch([_video(10, 3, 8)], 3, 8)
+    out = head(ev, ev_mask, step_mask)
+    flipped = head(ev.flip(1), ev_mask.flip(1), step_mask)
+    assert not torch.allclose(out.final, flipped.final, atol=1e-6)
+    reset = head(ev, ev_mask, step_mask, reset_memory=True)
+    torch.testing.assert_close(reset.step_embeddings[:, 0], out.step_embeddings[:, 0])  # first step identical
+    assert not torch.allclose(reset.final, out.final, atol=1e-6)
+    # with reset, the final readout depends on the last clip alone
+    last_only = head(ev[:, 2:], ev_mask[:, 2:], step_mask[:, 2:])
+    torch.testing.assert_close(reset.final, last_only.final)
+
+
+def test_create_head_is_seeded():
+    a, b, c = create_head(_config(), seed=3), create_head(_config(), seed=3), create_head(_config(), seed=4)
+    for (k, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), k
+    assert not torch.equal(a.think_tokens, c.think_tokens)
+
+
+def test_save_load_round_trip(tmp_path):
+    head = create_head(_config(depth=2), seed=1)
+    with torch.no_grad():
+        head.log_temperature.fill_(-2.5)
+    save_head(head, tmp_path / "h")
+    assert {p.name for p in (tmp_path / "h").iterdir()} == {"head_config.json", "head.safetensors"}
+    loaded = load_head(tmp_path / "h")
+    assert loaded.config == head.config
+    for (k, pa), pb in zip(head.state_dict().items(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), k
+    torch.testing.assert_close(loaded.temperature, torch.tensor(2.5).neg().exp())
+    assert num_trainable_parameters(loaded) == num_trainable_parameters(head)
+    ev, ev_mask, step_mask = _pad_batch([_video(11, 2, 6)], 2, 6)
+    head.eval(), loaded.eval()
+    assert torch.equal(
+        head(ev.float(), ev_mask, step_mask).final, loaded(ev.float(), ev_mask, step_mask).final
+    )
+    as_double = load_head(tmp_path / "h", dtype=torch.float64)
+    assert as_double.think_tokens.dtype == torch.float64
+    fp = head_fingerprint(tmp_path / "h")
+    assert len(fp) == 16 and fp == head_fingerprint(tmp_path / "h")
+    save_head(create_head(_config(depth=2), seed=2), tmp_path / "h2")
+    assert head_fingerprint(tmp_path / "h2") != fp
+
+
+def test_load_head_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="head.safetensors"):
+        load_head(tmp_path)
+    with pytest.raises(FileNotFoundError, match=str(tmp_path.name)):
+        head_fingerprint(tmp_path)
+
+
+def test_num_trainable_parameters():
+    cfg = _config(depth=2)
+    head = StreamingHead(cfg)
+    n, t, ffn = cfg.num_think_tokens, cfg.hidden_size, cfg.ffn_mult * cfg.hidden_size
+    attn = 4 * (t * t + t)
+    block = attn + (t * ffn + ffn) + (ffn * t + t) + 4 * 2 * t
+    expected = n * t + 2 * block + t + attn + t * d + 1  # tokens, blocks, embed token, readout, W, tau
+    assert num_trainable_parameters(head) == expected
+    frozen = StreamingHead(_config(depth=2, learnable_temperature=False))
+    assert num_trainable_parameters(frozen) == expected - 1
+    head.blocks.requires_grad_(False)
+    assert num_trainable_parameters(head) == expected - 2 * block
