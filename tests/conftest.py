@@ -1,0 +1,97 @@
+"""Shared, cheap fixtures: a tiny random backbone checkpoint, a tiny streaming head, generated videos.
+
+Everything is session-scoped and written under pytest's temporary directories (never committed).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _single_thread_torch():
+    """The CI machines have 2 shared cores: one torch thread keeps tests fast and deterministic."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A random Qwen3-VL-Embedding-shaped checkpoint (frame size 64, D = d = 64), seed 0."""
+    from models.checkpoint import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("tiny_checkpoint"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_head(tmp_path_factory) -> Path:
+    """A random streaming head sized for ``tiny_checkpoint`` (N=8 think tokens, M=32 evidence tokens)."""
+    from models.head import StreamingHeadConfig, create_head, save_head
+
+    directory = tmp_path_factory.mktemp("tiny_head")
+    config = StreamingHeadConfig(
+        hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, max_evidence_tokens=32
+    )
+    save_head(create_head(config, seed=0), directory)
+    return directory
+
+
+def synthetic_frames(num_frames: int, *, size: tuple[int, int] = (96, 64), seed: int = 0) -> np.ndarray:
+    """[n, H, W, 3] uint8 frames that change visibly over time: a seeded background colour, two
+    coloured blocks moving on different paths and a brightness band that sweeps down the frame."""
+    width, height = size
+    rng = np.random.default_rng(seed)
+    background = rng.integers(0, 256, size=3)
+    colours = rng.integers(0, 256, size=(2, 3))
+    speeds = rng.uniform(0.5, 3.0, size=(2, 2))
+    bw, bh = max(2, width // 4), max(2, height // 4)
+    frames = np.empty((num_frames, height, width, 3), dtype=np.uint8)
+    for t in range(num_frames):
+        frame = frames[t]
+        frame[:] = background
+        band = (t * 3) % height
+        frame[band : band + max(1, height // 8)] = 255 - background
+        for b in range(2):
+            x = int(abs((speeds[b, 0] * t + b * width / 2) % (2 * (width - bw)) - (width - bw)))
+            y = int(abs((speeds[b, 1] * t + b * height / 3) % (2 * (height - bh)) - (height - bh)))
+            frame[y : y + bh, x : x + bw] = colours[b]
+    return frames
+
+
+@pytest.fixture(scope="session")
+def video_factory():
+    """``make(path, *, num_frames, fps=24, size=(W, H), seed=0, codec="mpeg4") -> Path``: writes a
+    generated video with visually distinct frames over time (moving coloured blocks)."""
+    from indexer.video import write_video
+
+    def make(
+        path,
+        *,
+        num_frames: int,
+        fps: float = 24.0,
+        size: tuple[int, int] = (96, 64),
+        seed: int = 0,
+        codec: str = "mpeg4",
+    ) -> Path:
+        return write_video(path, synthetic_frames(num_frames, size=size, seed=seed), fps=fps, codec=codec)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def sample_videos(tmp_path_factory, video_factory) -> Path:
+    """A folder of 4 short videos of different lengths, frame rates and sizes (one in a subfolder)."""
+    root = tmp_path_factory.mktemp("sample_videos")
+    video_factory(root / "a.mp4", num_frames=48, fps=24, size=(96, 64), seed=1)
+    video_factory(root / "b.mp4", num_frames=30, fps=10, size=(64, 64), seed=2)
+    video_factory(root / "c.avi", num_frames=90, fps=30, size=(128, 96), seed=3)
+    video_factory(root / "sub" / "d.mp4", num_frames=20, fps=12.5, size=(80, 48), seed=4)
+    return root
