@@ -194,8 +194,8 @@ class Backbone:
         )
 
     # -- forward ---------------------------------------------------------------------------------
-    @torch.inference_mode()
-    def _forward(self, prompts: list[str], *, images=None, videos=None, metadata=None) -> ClipStates:
+    def prepare(self, prompts: list[str], *, images=None, videos=None, metadata=None):
+        """Processor call shared by every encoding (tokens, pixel values, grids, mm_token_type_ids)."""
         kwargs: dict = {}
         if images is not None:
             kwargs.update(images=images, images_kwargs={"do_resize": False})
@@ -209,7 +209,11 @@ class Backbone:
                     "cap_pixels_per_frame": False,
                 },
             )
-        inputs = self.processor(text=prompts, padding=True, return_tensors="pt", **kwargs)
+        return self.processor(text=prompts, padding=True, return_tensors="pt", **kwargs)
+
+    @torch.inference_mode()
+    def _forward(self, prompts: list[str], **kwargs) -> ClipStates:
+        inputs = self.prepare(prompts, **kwargs)
         inputs = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         for key in ("pixel_values", "pixel_values_videos"):
             if key in inputs:
@@ -238,15 +242,14 @@ class Backbone:
         meta = VideoMetadata(total_num_frames=max(indices) + 1, fps=clip.fps, frames_indices=indices)
         return video, meta
 
-    def encode_clips(
+    def clip_inputs(
         self,
         clips: Sequence[VideoClip],
         *,
         texts: Sequence[str | None] | None = None,
         instruction: str | None = None,
-    ) -> ClipStates:
-        """Eq. 4: U_t = F_theta(C_t, c). Clips of different videos share one padded batch; ``texts``
-        (one per clip, or None) is the optional conditioning input placed after the video."""
+    ) -> dict:
+        """Prompts and processed frames for a batch of clips (what :meth:`encode_clips` feeds the model)."""
         if texts is not None and len(texts) != len(clips):
             raise ValueError("texts must have one entry (or None) per clip")
         videos, metadata, prompts = [], [], []
@@ -256,7 +259,19 @@ class Backbone:
             metadata.append(meta)
             text = texts[i] if texts is not None else None
             prompts.append(self.render_prompt(text=text, video=True, instruction=instruction))
-        return self._forward(prompts, videos=videos, metadata=metadata)
+        return {"prompts": prompts, "videos": videos, "metadata": metadata}
+
+    def encode_clips(
+        self,
+        clips: Sequence[VideoClip],
+        *,
+        texts: Sequence[str | None] | None = None,
+        instruction: str | None = None,
+    ) -> ClipStates:
+        """Eq. 4: U_t = F_theta(C_t, c). Clips of different videos share one padded batch; ``texts``
+        (one per clip, or None) is the optional conditioning input placed after the video."""
+        parts = self.clip_inputs(clips, texts=texts, instruction=instruction)
+        return self._forward(parts["prompts"], videos=parts["videos"], metadata=parts["metadata"])
 
     def embed_texts(self, texts: Sequence[str], *, instruction: str | None = None) -> torch.Tensor:
         """[B, d] L2-normalised text embeddings."""

@@ -130,46 +130,78 @@ class VideoEncoder:
         return self.backbone.embed_texts(list(texts), instruction=instruction or self.instruction).cpu()
 
     # -- streaming pathway -----------------------------------------------------------------------
-    @torch.inference_mode()
-    def evidence(
-        self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None
-    ) -> list[EvidenceBanks]:
-        """Backbone + compression for every clip of every video; clips of different videos share
-        backbone batches of ``clip_batch_size``. ``texts`` (one per video) conditions every clip."""
-        jobs: list[tuple[int, VideoClip, str | None]] = []
-        clip_frames: list[list[np.ndarray]] = [[] for _ in videos]
+    def _clip_jobs(self, videos: Sequence[FrameSet], texts) -> list[tuple[int, np.ndarray, str | None]]:
+        """(video, positions of the clip's frames, conditioning text) for every clip, video-major,
+        clips in chronological order (Eq. 3)."""
+        jobs = []
         for v, video in enumerate(videos):
             _check(video)
             positions, mask = self.clip_plan(len(video.frames))
             for row, valid in zip(positions, mask, strict=True):
-                pos = row[valid]
-                indices = np.asarray(video.frame_indices)[pos]
-                clip_frames[v].append(indices)
-                jobs.append(
-                    (v, VideoClip(video.frames[pos], indices, video.fps), texts[v] if texts else None)
-                )
-        per_video: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in videos]
+                jobs.append((v, row[valid], texts[v] if texts else None))
+        return jobs
+
+    def _clip_evidence(self, videos: Sequence[FrameSet], texts):
+        """Yield (video, clip frame indices, evidence [M', D], mask [M']) clip by clip, in order.
+        Clips of different videos share backbone batches of ``clip_batch_size``; frames are sliced
+        per batch, so memory does not grow with the number of clips."""
+        jobs = self._clip_jobs(videos, texts)
         step = self.config.clip_batch_size
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
+            clips = [
+                VideoClip(videos[v].frames[pos], np.asarray(videos[v].frame_indices)[pos], videos[v].fps)
+                for v, pos, _ in chunk
+            ]
             states = self.backbone.encode_clips(
-                [clip for _, clip, _ in chunk], texts=[t for _, _, t in chunk], instruction=self.instruction
+                clips, texts=[t for _, _, t in chunk], instruction=self.instruction
             )
-            tokens, mask = compress_evidence(states.hidden, states.mask, self.config.max_evidence)
-            for (v, _, _), tok, msk in zip(chunk, tokens, mask, strict=True):
+            tokens, mask = compress_evidence(states.hidden, states.mask, self.config.max_evidence)  # Eq. 5
+            for (v, _, _), clip, tok, msk in zip(chunk, clips, tokens, mask, strict=True):
                 n = int(msk.sum())
-                per_video[v].append((tok[:n], msk[:n]))
+                yield v, np.asarray(clip.frame_indices), tok[:n], msk[:n]
+
+    @torch.inference_mode()
+    def evidence(
+        self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None
+    ) -> list[EvidenceBanks]:
+        """All evidence banks of every video (backbone + compression), e.g. for the training cache.
+        ``texts`` (one per video) conditions every clip of that video."""
+        per_video: list[list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]] = [[] for _ in videos]
+        for v, frames, tok, msk in self._clip_evidence(videos, texts):
+            per_video[v].append((frames, tok, msk))
         banks = []
-        for v, items in enumerate(per_video):
-            m = max(tok.shape[0] for tok, _ in items)
-            d = items[0][0].shape[-1]
-            tokens = items[0][0].new_zeros(len(items), m, d)
+        for items in per_video:
+            m = max(tok.shape[0] for _, tok, _ in items)
+            tokens = items[0][1].new_zeros(len(items), m, items[0][1].shape[-1])
             mask = torch.zeros(len(items), m, dtype=torch.bool, device=tokens.device)
-            for t, (tok, msk) in enumerate(items):
+            for t, (_, tok, msk) in enumerate(items):
                 tokens[t, : tok.shape[0]] = tok
                 mask[t, : msk.shape[0]] = msk
-            banks.append(EvidenceBanks(tokens=tokens, mask=mask, clip_frames=clip_frames[v]))
+            banks.append(EvidenceBanks(tokens=tokens, mask=mask, clip_frames=[f for f, _, _ in items]))
         return banks
+
+    @torch.inference_mode()
+    def _stream_online(self, videos: Sequence[FrameSet], texts) -> list[VideoEmbedding]:
+        """Inference without keeping evidence: each clip's bank updates its video's memory as soon as
+        it is computed (Eq. 7-9), so working memory is one backbone batch plus N x D per video."""
+        head = self.head
+        p = next(head.parameters())
+        state: dict[int, torch.Tensor] = {}
+        readouts: list[list[torch.Tensor]] = [[] for _ in videos]
+        clip_frames: list[list[np.ndarray]] = [[] for _ in videos]
+        for v, frames, tok, msk in self._clip_evidence(videos, texts):
+            h = state.get(v)
+            h = head.init_state(1) if h is None else h  # H_0, once per video (Eq. 6)
+            h = head.update(h, tok[None].to(p.device, p.dtype), msk[None].to(p.device))
+            state[v] = h
+            readouts[v].append(head.readout(h)[0].float().cpu())  # z_t
+            clip_frames[v].append(frames)
+        results = []
+        for v in range(len(videos)):
+            steps = torch.stack(readouts[v])
+            results.append(VideoEmbedding(final=steps[-1], steps=steps, clip_frames=clip_frames[v]))
+        return results
 
     @torch.inference_mode()
     def stream(self, banks: Sequence[EvidenceBanks], *, reset_memory: bool = False) -> list[VideoEmbedding]:
@@ -201,7 +233,7 @@ class VideoEncoder:
         if texts is not None and len(texts) != len(videos):
             raise ValueError("texts must have one entry (or None) per video")
         if self.head is not None:
-            return self.stream(self.evidence(videos, texts=texts))
+            return self._stream_online(videos, texts)
         return self._oneshot(videos, texts)
 
     def _oneshot(self, videos: Sequence[FrameSet], texts) -> list[VideoEmbedding]:

@@ -1,0 +1,171 @@
+"""The backbone on a tiny generated checkpoint, loaded through the production loader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from models.backbone import (
+    DEFAULT_INSTRUCTION,
+    BackboneNotFoundError,
+    VideoClip,
+    load_backbone,
+    normalize_instruction,
+)
+from models.checkpoint import make_checkpoint
+from models.head import StreamingHeadConfig, create_head
+from models.streaming import FrameSet, StreamingConfig, VideoEncoder
+
+
+@pytest.fixture(scope="module")
+def backbone(tiny_checkpoint):
+    return load_backbone(tiny_checkpoint, device="cpu")
+
+
+def _frames(n: int, seed: int, size: int = 64) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def test_checkpoint_uses_public_weight_names(tiny_checkpoint):
+    with safe_open(str(tiny_checkpoint / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    assert names and all(n.startswith("model.") for n in names)
+    assert any(n.startswith("model.visual.") for n in names)
+    assert any(n.startswith("model.language_model.") for n in names)
+    for required in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (tiny_checkpoint / required).exists(), required
+
+
+def test_checkpoint_is_deterministic_from_seed(tmp_path):
+    a = make_checkpoint(tmp_path / "a", seed=7)
+    b = make_checkpoint(tmp_path / "b", seed=7)
+    c = make_checkpoint(tmp_path / "c", seed=8)
+    read = lambda d: (d / "model.safetensors").read_bytes()  # noqa: E731
+    assert read(a) == read(b)
+    assert read(a) != read(c)
+
+
+def test_missing_weights_error_says_what_and_how(tmp_path):
+    with pytest.raises(BackboneNotFoundError, match="make-checkpoint"):
+        load_backbone(tmp_path)  # a directory without config.json
+    with pytest.raises(BackboneNotFoundError, match="neither an existing directory nor a hub id"):
+        load_backbone(tmp_path / "no" / "such" / "dir")
+
+
+def test_instruction_gets_a_full_stop():
+    assert normalize_instruction("Find the clip") == "Find the clip."
+    assert normalize_instruction("Find the clip?") == "Find the clip?"
+    assert normalize_instruction(None) == DEFAULT_INSTRUCTION
+
+
+def test_prompt_has_instruction_in_system_turn_and_visuals_before_text(backbone):
+    prompt = backbone.render_prompt(text="a red car", video=True, image=True, instruction="Retrieve videos")
+    system, user = prompt.split("<|im_start|>user\n")
+    assert system == "<|im_start|>system\nRetrieve videos.<|im_end|>\n"
+    assert user.index("<|video_pad|>") < user.index("<|image_pad|>") < user.index("a red car")
+    assert prompt.endswith("<|im_start|>assistant\n")  # generation prompt
+
+
+def test_pooled_vector_is_last_valid_tokens_hidden_state(backbone):
+    texts = ["a dog runs on the beach", "hi"]  # different lengths -> right padding on the short one
+    prompts = [backbone.render_prompt(text=t) for t in texts]
+    inputs = backbone.processor(text=prompts, padding=True, return_tensors="pt")
+    assert (inputs["attention_mask"][1] == 0).any(), "the test needs a padded row"
+    with torch.no_grad():
+        hidden = backbone.model.model(**inputs).last_hidden_state
+    expected = []
+    for row in range(2):
+        last = int(inputs["attention_mask"][row].nonzero().max())
+        expected.append(torch.nn.functional.normalize(hidden[row, last], dim=-1))
+    got = backbone.embed_texts(texts)
+    torch.testing.assert_close(got, torch.stack(expected), rtol=1e-5, atol=1e-6)
+    # batching does not change a row
+    torch.testing.assert_close(backbone.embed_texts(texts[1:]), got[1:], rtol=1e-5, atol=1e-6)
+
+
+def test_conditioning_text_changes_only_text_positions(backbone):
+    clip = VideoClip(frames=_frames(4, 0), frame_indices=[0, 8, 16, 24], fps=8.0)
+    plain = backbone.encode_clips([clip])
+    cond = backbone.encode_clips([clip], texts=["a red square appears"])
+    parts = backbone.clip_inputs([clip])
+    ids = backbone.prepare(parts["prompts"], videos=parts["videos"], metadata=parts["metadata"])["input_ids"][
+        0
+    ]
+    tok = backbone.processor.tokenizer.convert_tokens_to_ids
+    visual = (ids == tok("<|video_pad|>")).nonzero().flatten()
+    prefix = int((ids == tok("<|vision_end|>")).nonzero().max()) + 1  # the text starts right after this
+    assert visual.numel() > 0 and int(visual.max()) < prefix
+    assert int(cond.mask.sum()) > int(plain.mask.sum())
+    # Everything before the text (system turn, timestamps, visual tokens) is identical: the text
+    # follows the video in the user turn and attention is causal.
+    torch.testing.assert_close(cond.hidden[0, :prefix], plain.hidden[0, :prefix], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(cond.hidden[0, prefix], plain.hidden[0, prefix], atol=1e-3)
+    # ... and the final pooled embeddings differ
+    assert not torch.allclose(backbone.pool(plain), backbone.pool(cond))
+
+
+def test_clip_batch_equals_clips_alone(backbone):
+    clips = [
+        VideoClip(_frames(4, 1), [0, 1, 2, 3], 4.0),
+        VideoClip(_frames(2, 2), [10, 20], 4.0),
+        VideoClip(_frames(3, 3), [5, 6, 7], 4.0),  # odd: last frame repeated to a temporal pair
+    ]
+    batch = backbone.encode_clips(clips, texts=["x", None, "a longer conditioning text"])
+    for i, clip in enumerate(clips):
+        alone = backbone.encode_clips([clip], texts=[["x", None, "a longer conditioning text"][i]])
+        n = int(alone.mask.sum())
+        assert int(batch.mask[i].sum()) == n
+        torch.testing.assert_close(batch.hidden[i, :n], alone.hidden[0, :n], rtol=1e-4, atol=1e-5)
+
+
+def test_image_embeddings_are_normalised(backbone):
+    z = backbone.embed_images(_frames(3, 4))
+    assert z.shape == (3, backbone.embed_dim)
+    torch.testing.assert_close(z.norm(dim=-1), torch.ones(3))
+
+
+def test_matryoshka_truncation(tiny_checkpoint):
+    small = load_backbone(tiny_checkpoint, embed_dim=16)
+    full = load_backbone(tiny_checkpoint)
+    z_small, z_full = small.embed_texts(["a cat"]), full.embed_texts(["a cat"])
+    assert z_small.shape == (1, 16)
+    torch.testing.assert_close(
+        z_small, torch.nn.functional.normalize(z_full[:, :16] * 1.0, dim=-1), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_video_encoder_batches_videos_without_mixing_state(backbone):
+    head = create_head(
+        StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=0
+    )
+    encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=32, clip_len=8, max_evidence=16))
+    videos = [FrameSet(_frames(n, 10 + n), np.arange(n) * 3, 6.0) for n in (32, 5, 12)]
+    together = encoder.encode(videos, texts=["q one", None, "q three"])
+    for i, video in enumerate(videos):
+        alone = encoder.encode([video], texts=[["q one", None, "q three"][i]])[0]
+        torch.testing.assert_close(together[i].final, alone.final, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(together[i].steps, alone.steps, rtol=1e-4, atol=1e-5)
+    assert [len(v.steps) for v in together] == [4, 3, 3]  # T = ceil(K_V / L), L from frames_per_clip
+    # one-shot path: same interface, one readout per video
+    oneshot = VideoEncoder(backbone).encode(videos)
+    assert all(v.steps.shape == (1, 64) for v in oneshot)
+    torch.testing.assert_close(
+        oneshot[1].final, VideoEncoder(backbone).encode(videos[1:2])[0].final, rtol=1e-4, atol=1e-5
+    )
+
+
+def test_online_streaming_matches_head_over_cached_evidence(backbone):
+    """encode() updates memory clip by clip; the training path caches banks and runs the head over
+    all steps at once. Both must give the same readouts."""
+    head = create_head(
+        StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=1
+    )
+    encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=16, clip_len=4, max_evidence=8))
+    videos = [FrameSet(_frames(n, 30 + n), np.arange(n), 2.0) for n in (16, 6)]
+    online = encoder.encode(videos)
+    cached = encoder.stream(encoder.evidence(videos))
+    for a, b in zip(online, cached, strict=True):
+        torch.testing.assert_close(a.steps, b.steps, rtol=1e-4, atol=1e-5)
+        assert [list(x) for x in a.clip_frames] == [list(x) for x in b.clip_frames]
