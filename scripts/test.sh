@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: installs the project, makes sure a Redis server
+# answers on 127.0.0.1:6379 (starts one if not), lints, then runs pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if ! .venv/bin/python -c "import redis,sys; redis.Redis(host='127.0.0.1', port=6379, socket_timeout=1).ping()" 2>/dev/null; then
+  if ! command -v redis-server >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null
+  fi
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  for _ in $(seq 50); do
+    .venv/bin/python -c "import redis; redis.Redis(port=6379, socket_timeout=1).ping()" 2>/dev/null && break
+    sleep 0.1
+  done
+fi
+.venv/bin/ruff check .
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q "$@"
