@@ -10,8 +10,9 @@ same directory and then ``os.replace``d, so a reader never sees half a file:
                         source video (indexed *and* failed, with the failure reason): stable id,
                         FAISS id, path, content fingerprint, fps, frame count, duration, size, user
                         metadata (JSON), status, error, the final embedding v_j (float32 bytes),
-                        the frame bank location (file, row offset, row count) and the candidate frame
-                        indices (int64 bytes). Table ``state``: key/value (next FAISS id, commit
+                        the frame bank location (file, row offset, row count), the candidate frame
+                        indices (int64 bytes) and the source file's size:mtime (to notice edits
+                        without re-reading files). Table ``state``: key/value (next FAISS id, commit
                         sequence). A batch of videos becomes part of the index in one SQLite
                         transaction; anything written before that commit and not referenced by it is
                         an orphan that the next writer deletes.
@@ -155,6 +156,7 @@ class Entry:
     embedding: np.ndarray | None = None  # [d] float32, L2-normalised (None when failed)
     bank_indices: np.ndarray | None = None  # [C] int64
     bank_embeddings: np.ndarray | None = None  # [C, d] float16
+    source_stat: str | None = None  # "size:mtime_ns" of the source file when it was read
 
 
 # -- small helpers --------------------------------------------------------------------------------
@@ -263,7 +265,8 @@ CREATE TABLE IF NOT EXISTS videos (
     bank_count INTEGER,
     frame_indices BLOB,
     commit_seq INTEGER NOT NULL,
-    indexed_at TEXT NOT NULL
+    indexed_at TEXT NOT NULL,
+    source_stat TEXT
 );
 CREATE INDEX IF NOT EXISTS videos_faiss ON videos(faiss_id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -325,6 +328,7 @@ class IndexWriter:
         self._cleanup_orphans()
         self._dirty = False
         self._index = self._load_or_rebuild_faiss()
+        self.checkpoint()  # the directory is a complete, readable index from the start
 
     # construction -------------------------------------------------------------------------------
     @classmethod
@@ -362,9 +366,12 @@ class IndexWriter:
         return cls(directory, manifest, conn)
 
     # queries ------------------------------------------------------------------------------------
-    def finished(self) -> dict[str, tuple[str, str]]:
-        """Every video already in the store: id -> (fingerprint, status)."""
-        return {r[0]: (r[1], r[2]) for r in self.conn.execute("SELECT id, fingerprint, status FROM videos")}
+    def finished(self) -> dict[str, tuple[str, str, str | None]]:
+        """Every video already in the store: id -> (fingerprint, status, source stat)."""
+        return {
+            r[0]: (r[1], r[2], r[3])
+            for r in self.conn.execute("SELECT id, fingerprint, status, source_stat FROM videos")
+        }
 
     def counts(self) -> dict[str, int]:
         out = {"indexed": 0, "failed": 0}
@@ -430,6 +437,7 @@ class IndexWriter:
                     idx_blob,
                     seq,
                     now,
+                    e.source_stat,
                 )
             )
         if banks:
@@ -445,7 +453,7 @@ class IndexWriter:
                     ids,
                 )
             ]
-            self.conn.executemany(f"INSERT OR REPLACE INTO videos VALUES ({','.join('?' * 19)})", rows)
+            self.conn.executemany(f"INSERT OR REPLACE INTO videos VALUES ({','.join('?' * 20)})", rows)
             self.conn.executemany(
                 "INSERT OR REPLACE INTO state VALUES (?, ?)",
                 [("commit_seq", str(seq)), ("next_faiss_id", str(next_id))],

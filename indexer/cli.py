@@ -1,0 +1,490 @@
+"""The `indexer` command: build, extend, shrink, inspect and check a video index.
+
+An index is a directory (see indexer/store.py for every file in it) holding the FAISS index of
+query-independent video embeddings, a SQLite metadata store (including videos that failed and why)
+and the frame bank used by the search service's second stage.
+
+Examples:
+  indexer build videos/ --index idx/ --embedder oneshot        # zero-shot, public backbone
+  indexer build corpus.jsonl --index idx/ --head head_ckpt/    # QASLR streaming head
+  indexer add more_videos/ --index idx/ --head head_ckpt/
+  indexer remove clip_001.mp4 clip_002.mp4 --index idx/
+  indexer stats --index idx/ ; indexer verify --index idx/
+
+A build that is interrupted (Ctrl-C, kill -9, power loss) resumes where it stopped when the same
+command is run again: finished videos are skipped and the result equals an uninterrupted build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+logger = logging.getLogger("indexer")
+
+EXIT_OK, EXIT_FAILURES, EXIT_USAGE = 0, 1, 2
+
+
+def _env(name: str, default=None):
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def _index_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--index",
+        default=_env("QASLR_INDEX"),
+        required=_env("QASLR_INDEX") is None,
+        metavar="DIR",
+        help="index directory (default: $QASLR_INDEX)",
+    )
+
+
+def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
+    from_index = "" if build else " (default: the model recorded in the index manifest)"
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--model",
+        default=_env("QASLR_MODEL"),
+        metavar="ID_OR_DIR",
+        help="backbone: a Hugging Face hub id or a local Qwen3-VL-Embedding checkpoint directory "
+        "(default: $QASLR_MODEL, else Qwen/Qwen3-VL-Embedding-2B)" + from_index,
+    )
+    g.add_argument(
+        "--head",
+        default=_env("QASLR_HEAD"),
+        metavar="DIR",
+        help="streaming head checkpoint directory (head_config.json + head.safetensors) for the QASLR "
+        "embedder (default: $QASLR_HEAD)",
+    )
+    if build:
+        g.add_argument(
+            "--embedder",
+            choices=("qaslr", "oneshot"),
+            default=None,
+            help="qaslr: clips of L frames -> evidence tokens -> streaming head (needs --head); oneshot: the "
+            "backbone embeds the K frames in one context (zero-shot, the paper's single-round baseline). "
+            "Default: qaslr when a head is given, else oneshot",
+        )
+    g.add_argument(
+        "--device", default=_env("QASLR_DEVICE"), help="cpu, cuda, cuda:1, ... (default: cuda if available)"
+    )
+    g.add_argument(
+        "--dtype", default=None, help="model dtype: float32, bfloat16, float16 (default: by device)"
+    )
+    if build:
+        g.add_argument("--instruction", default=None, help="embedding instruction (system prompt) for videos")
+        g.add_argument(
+            "--frames",
+            "-K",
+            dest="frames",
+            type=int,
+            default=128,
+            metavar="K",
+            help="K: frames selected uniformly per video (default 128, paper §3.2); shorter videos use all their frames",
+        )
+        g.add_argument(
+            "--clip-len",
+            "-L",
+            dest="clip_len",
+            type=int,
+            default=16,
+            metavar="L",
+            help="L: frames per clip at the full budget K (default 16); fewer for videos with fewer frames",
+        )
+        g.add_argument(
+            "--max-evidence",
+            type=int,
+            default=None,
+            metavar="M",
+            help="M: evidence tokens kept per clip after compression (default: the head's, else 256)",
+        )
+        g.add_argument(
+            "--bank-frames",
+            type=int,
+            default=256,
+            metavar="C",
+            help="frame bank: at most C candidate frames per video (default 256)",
+        )
+        g.add_argument(
+            "--bank-per-second",
+            type=float,
+            default=1.0,
+            help="frame bank: candidate frames per second of video (default 1.0)",
+        )
+        g.add_argument(
+            "--faiss-factory",
+            default=None,
+            metavar="STRING",
+            help="FAISS index_factory string, e.g. Flat, HNSW32,Flat, IVF1024,Flat (wrapped in IDMap2; inner "
+            "product). Default: exact Flat up to 50k videos, HNSW32 beyond",
+        )
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("throughput and behaviour")
+    g.add_argument(
+        "--batch-videos",
+        type=int,
+        default=4,
+        help="videos per model batch; their clips share backbone calls (default 4)",
+    )
+    g.add_argument("--clip-batch", type=int, default=8, help="clips per backbone forward pass (default 8)")
+    g.add_argument(
+        "--image-batch", type=int, default=32, help="frame-bank frames per backbone image call (default 32)"
+    )
+    g.add_argument(
+        "--workers", type=int, default=2, help="decode threads running ahead of the model (default 2)"
+    )
+    g.add_argument("--seed", type=int, default=0, help="random seed (the build is deterministic; default 0)")
+    g.add_argument("--retry-failed", action="store_true", help="try again videos recorded as failed")
+    g.add_argument(
+        "--fail-on-error",
+        action="store_true",
+        help="exit with status 1 when any video failed (default: failures are recorded and the exit status is 0)",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_build_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "source",
+        help="a folder (searched recursively for .mp4 .mkv .avi .mov .webm ...; ids are paths relative to it) "
+        'or a JSONL manifest with one {"id", "path", "metadata"} object per line',
+    )
+    _index_arg(p)
+    _model_args(p, build=True)
+    _run_args(p)
+
+
+def add_add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "source", help="folder or JSONL manifest of videos to add (existing ids are skipped unless changed)"
+    )
+    _index_arg(p)
+    _model_args(p, build=False)
+    _run_args(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="indexer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ...)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS, help="logging level (default INFO)")
+    sub_add = sub.add_parser
+
+    def add_parser(name, **kw):
+        return sub_add(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser
+    p = sub.add_parser(
+        "build",
+        help="index a folder or JSONL manifest into DIR (creates it, or resumes an interrupted build)",
+        description="Embed every video query-independently and write the index directory. Re-running the same "
+        "command resumes an interrupted build and indexes videos added to SOURCE since.",
+    )
+    add_build_arguments(p)
+    p.set_defaults(_run=run_build)
+    p = sub.add_parser(
+        "add",
+        help="add new (or changed) videos to an existing index with its recorded settings",
+        description="Index videos into an existing index, with the K, L, M, embedder and frame-bank policy recorded "
+        "in its manifest. The model (and head) must be the ones the index was built with.",
+    )
+    add_add_arguments(p)
+    p.set_defaults(_run=run_add)
+    p = sub.add_parser(
+        "remove", help="remove videos by id", description="Remove videos (indexed or failed) by id."
+    )
+    p.add_argument("ids", nargs="+", metavar="ID", help="video ids as shown by `indexer stats --list`")
+    _index_arg(p)
+    p.set_defaults(_run=run_remove)
+    p = sub.add_parser("stats", help="counts, sizes, settings and failure reasons of an index")
+    _index_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--list", action="store_true", help="also list every video with its status")
+    p.set_defaults(_run=run_stats)
+    p = sub.add_parser(
+        "verify",
+        help="check an index for consistency (exit status 1 on problems)",
+        description="Check the manifest, counts, that every id resolves in FAISS, and that the frame bank files are "
+        "intact. Needs no model.",
+    )
+    _index_arg(p)
+    p.add_argument("--check-sources", action="store_true", help="also re-fingerprint the source video files")
+    p.set_defaults(_run=run_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its CPU-feature probing is noise here
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: committed videos are kept; run the same command again to resume", file=sys.stderr
+        )
+        return 130
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+def _load_models(args, *, model: str, head_dir: str | None):
+    """Backbone (+ head) -> (backbone, head or None, head fingerprint or 'oneshot')."""
+    import torch
+
+    from models.backbone import load_backbone
+    from models.head import head_fingerprint, load_head
+
+    torch.manual_seed(args.seed)
+    backbone = load_backbone(model, device=args.device, dtype=args.dtype)
+    if backbone.random_weights:
+        logger.warning(
+            "the backbone %s has RANDOM weights (a generated test checkpoint): the index will work, "
+            "but its rankings are meaningless",
+            model,
+        )
+    if head_dir is None:
+        return backbone, None, "oneshot"
+    head = load_head(head_dir, device=backbone.device)
+    return backbone, head, head_fingerprint(head_dir)
+
+
+def run_build(args) -> int:
+    from indexer.pipeline import SourceError, discover
+    from indexer.store import IndexFormatError, IndexMismatchError, IndexWriter, Manifest, default_factory
+    from models.backbone import DEFAULT_MODEL_ID, BackboneNotFoundError
+
+    embedder = args.embedder or ("qaslr" if args.head else "oneshot")
+    if embedder == "qaslr" and not args.head:
+        return _usage("--embedder qaslr needs a streaming head: pass --head DIR (or use --embedder oneshot)")
+    problem = _check_numbers(args)
+    if problem:
+        return _usage(problem)
+    try:
+        items = discover(args.source)
+    except SourceError as exc:
+        return _usage(str(exc))
+    if not items:
+        logger.warning("no videos found in %s", args.source)
+    model = args.model or DEFAULT_MODEL_ID
+    try:
+        backbone, head, head_fp = _load_models(
+            args, model=model, head_dir=args.head if embedder == "qaslr" else None
+        )
+    except (BackboneNotFoundError, FileNotFoundError, ValueError) as exc:
+        return _usage(str(exc))
+    max_evidence = args.max_evidence or (head.config.max_evidence_tokens if head is not None else 256)
+    manifest = Manifest(
+        format_version=1,
+        backbone_id=str(model),
+        backbone_fingerprint=backbone.fingerprint,
+        head_fingerprint=head_fp,
+        embedder=embedder,
+        embed_dim=backbone.embed_dim,
+        hidden_size=backbone.hidden_size,
+        frame_size=backbone.frame_size,
+        max_frames=args.frames,
+        clip_len=args.clip_len,
+        num_think_tokens=head.config.num_think_tokens if head is not None else None,
+        max_evidence=max_evidence,
+        candidate_policy={"per_second": args.bank_per_second, "max_frames": args.bank_frames},
+        faiss_factory=args.faiss_factory or default_factory(len(items)),
+        instruction=args.instruction,
+    )
+    try:
+        writer = IndexWriter.create(args.index, manifest)
+    except (IndexMismatchError, IndexFormatError) as exc:
+        return _usage(str(exc))
+    return _run_builder(args, writer, backbone, head, items, factory=args.faiss_factory)
+
+
+def run_add(args) -> int:
+    from indexer.pipeline import SourceError, discover
+    from indexer.store import IndexFormatError, IndexWriter, read_manifest
+    from models.backbone import BackboneNotFoundError
+
+    try:
+        manifest = read_manifest(args.index)
+    except IndexFormatError as exc:
+        return _usage(f"{exc} (use `indexer build` to create an index)")
+    if manifest.embedder == "qaslr" and not args.head:
+        return _usage("this index uses the QASLR embedder: pass the head it was built with (--head DIR)")
+    try:
+        items = discover(args.source)
+    except SourceError as exc:
+        return _usage(str(exc))
+    model = args.model or manifest.backbone_id
+    try:
+        backbone, head, head_fp = _load_models(
+            args, model=model, head_dir=args.head if manifest.embedder == "qaslr" else None
+        )
+    except (BackboneNotFoundError, FileNotFoundError, ValueError) as exc:
+        return _usage(str(exc))
+    if backbone.fingerprint != manifest.backbone_fingerprint or head_fp != manifest.head_fingerprint:
+        return _usage(
+            f"the index was built with backbone {manifest.backbone_id} (fingerprint {manifest.backbone_fingerprint}) "
+            f"and head {manifest.head_fingerprint}; loaded backbone {model} (fingerprint {backbone.fingerprint}) and "
+            f"head {head_fp}. Load the same model, or build a new index."
+        )
+    args.frames, args.clip_len = manifest.max_frames, manifest.clip_len
+    args.bank_frames = manifest.candidate_policy.get("max_frames", 256)
+    args.bank_per_second = manifest.candidate_policy.get("per_second", 1.0)
+    writer = IndexWriter.open(args.index)
+    return _run_builder(args, writer, backbone, head, items, factory=None)
+
+
+def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
+    from tqdm import tqdm
+
+    from indexer.pipeline import Builder, BuildOptions
+    from models.streaming import StreamingConfig, VideoEncoder
+
+    m = writer.manifest
+    config = StreamingConfig(
+        max_frames=m.max_frames,
+        clip_len=m.clip_len,
+        max_evidence=m.max_evidence,
+        clip_batch_size=args.clip_batch,
+    )
+    encoder = VideoEncoder(backbone, head, config=config, instruction=m.instruction)
+    options = BuildOptions(
+        batch_videos=args.batch_videos,
+        workers=args.workers,
+        image_batch=args.image_batch,
+        bank_per_second=m.candidate_policy.get("per_second", 1.0),
+        bank_max_frames=m.candidate_policy.get("max_frames", 256),
+        retry_failed=args.retry_failed,
+        faiss_factory=factory,
+    )
+    bar = None
+    frames = 0
+    started = time.perf_counter()
+
+    def on_plan(n):
+        nonlocal bar
+        bar = tqdm(total=n, unit="video", dynamic_ncols=True, disable=args.no_progress, desc="indexing")
+
+    def progress(videos, new_frames):
+        nonlocal frames
+        frames += new_frames
+        if bar is not None:
+            bar.update(videos)
+            bar.set_postfix_str(f"{frames / max(time.perf_counter() - started, 1e-9):.1f} frames/s")
+
+    try:
+        stats = Builder(writer, encoder, options=options).run(items, progress=progress, on_plan=on_plan)
+    finally:
+        if bar is not None:
+            bar.close()
+        writer.close()
+    print(stats.summary())
+    print(
+        f"index: {writer.directory} ({writer.manifest.counts['indexed']} indexed, {writer.manifest.counts['failed']} failed in total; FAISS {writer.manifest.faiss_factory})"
+    )
+    return EXIT_FAILURES if args.fail_on_error and (stats.failed or stats.failed_before) else EXIT_OK
+
+
+def run_remove(args) -> int:
+    from indexer.store import IndexFormatError, IndexWriter
+
+    try:
+        writer = IndexWriter.open(args.index)
+    except IndexFormatError as exc:
+        return _usage(str(exc))
+    with writer:
+        unknown = writer.remove(args.ids)
+    removed = len(set(args.ids)) - len(unknown)
+    print(f"removed {removed} video(s)")
+    if unknown:
+        print(f"not in the index: {', '.join(unknown)}", file=sys.stderr)
+        return EXIT_FAILURES
+    return EXIT_OK
+
+
+def run_stats(args) -> int:
+    from indexer.maintenance import index_stats
+    from indexer.store import IndexFormatError, IndexReader
+
+    try:
+        stats = index_stats(args.index)
+    except IndexFormatError as exc:
+        return _usage(str(exc))
+    if args.list:
+        with IndexReader(args.index) as r:
+            stats["videos"] = [
+                {"id": v.id, "status": v.status, "duration_s": round(v.duration_s, 3), "error": v.error}
+                for v in r.videos(status=None)
+            ]
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return EXIT_OK
+    m = stats["manifest"]
+    print(f"index {stats['directory']} (format {m['format_version']}, built {m['built_at']})")
+    print(
+        f"  backbone {m['backbone_id']} [{m['backbone_fingerprint']}], embedder {m['embedder']}, head {m['head_fingerprint']}"
+    )
+    print(
+        f"  d={m['embed_dim']} D={m['hidden_size']} frame {m['frame_size']}px K={m['max_frames']} L={m['clip_len']} "
+        f"N={m['num_think_tokens']} M={m['max_evidence']} bank {m['candidate_policy']} FAISS {m['faiss_factory']}"
+    )
+    print(f"  videos: {stats['indexed']} indexed ({stats['indexed_hours']:.2f} h), {stats['failed']} failed")
+    print(f"  frame bank: {stats['bank_frames']} frames")
+    b = stats["bytes"]
+    print(
+        f"  size: {b['total'] / 1e6:.2f} MB (FAISS {b['faiss'] / 1e6:.2f}, metadata {b['metadata'] / 1e6:.2f}, frame bank {b['frame_bank'] / 1e6:.2f})"
+    )
+    for reason, n in stats["failure_reasons"].items():
+        print(f"  failed ({n}): {reason}")
+    for v in stats.get("videos", []):
+        print(f"  {v['status']:8s} {v['id']}" + (f"  ({v['error']})" if v["error"] else ""))
+    return EXIT_OK
+
+
+def run_verify(args) -> int:
+    from indexer.maintenance import verify_index
+
+    rep = verify_index(args.index, check_sources=args.check_sources)
+    for w in rep.warnings:
+        print(f"warning: {w}")
+    for e in rep.errors:
+        print(f"error: {e}")
+    checked = ", ".join(f"{k} {v}" for k, v in rep.checked.items())
+    print(
+        ("OK" if rep.ok else f"FAILED ({len(rep.errors)} problem(s))")
+        + (f": checked {checked}" if checked else "")
+    )
+    return EXIT_OK if rep.ok else EXIT_FAILURES
+
+
+def _check_numbers(args) -> str | None:
+    for name in ("frames", "clip_len", "bank_frames", "batch_videos", "clip_batch", "image_batch", "workers"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be at least 1"
+    if args.max_evidence is not None and args.max_evidence < 1:
+        return "--max-evidence must be at least 1"
+    if not args.bank_per_second > 0:
+        return "--bank-per-second must be positive"
+    return None
+
+
+def _usage(message: str) -> int:
+    print(f"indexer: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""`indexer stats` and `indexer verify`: read-only inspection of an index directory.
+
+``verify`` checks, without a model: the manifest (parses, known format version, counts equal to
+the metadata store's), SQLite's own integrity check, that every indexed id resolves to exactly one
+FAISS vector and every FAISS id to an indexed video, that the FAISS dimension matches, that each
+frame-bank file exists, loads as float16 [rows, d] and covers its videos' rows, that frame indices lie
+inside their videos, that stored embeddings are finite and unit-norm, and (optionally) that source
+files still have the fingerprint they were indexed with. Nothing is modified.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from indexer.store import (
+    BANK_DIR,
+    FAISS_FILE,
+    METADATA,
+    IndexFormatError,
+    faiss_ids,
+    read_manifest,
+)
+
+
+@dataclass
+class VerifyReport:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    checked: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def index_stats(directory: str | Path) -> dict:
+    """Counts, sizes, settings and failure reasons of an index (JSON-serialisable)."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    conn = _connect_ro(directory)
+    try:
+        rows = conn.execute(
+            "SELECT status, COUNT(*), COALESCE(SUM(duration_s), 0), COALESCE(SUM(bank_count), 0) "
+            "FROM videos GROUP BY status"
+        ).fetchall()
+        reasons = Counter(
+            _reason_class(r[0])
+            for r in conn.execute("SELECT error FROM videos WHERE status = 'failed'").fetchall()
+        )
+    finally:
+        conn.close()
+    by_status = {
+        r[0]: {"videos": int(r[1]), "duration_s": float(r[2]), "bank_frames": int(r[3])} for r in rows
+    }
+    files = {
+        p.relative_to(directory).as_posix(): p.stat().st_size
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+    indexed = by_status.get("indexed", {"videos": 0, "duration_s": 0.0, "bank_frames": 0})
+    return {
+        "directory": str(directory),
+        "manifest": json.loads(manifest.to_json()),
+        "indexed": indexed["videos"],
+        "failed": by_status.get("failed", {}).get("videos", 0),
+        "indexed_hours": indexed["duration_s"] / 3600.0,
+        "bank_frames": indexed["bank_frames"],
+        "failure_reasons": dict(reasons.most_common()),
+        "bytes": {
+            "total": sum(files.values()),
+            "faiss": files.get(FAISS_FILE, 0),
+            "metadata": files.get(METADATA, 0),
+            "frame_bank": sum(v for k, v in files.items() if k.startswith(f"{BANK_DIR}/")),
+        },
+    }
+
+
+def _reason_class(error: str | None) -> str:
+    return (error or "unknown").split(":")[0][:80]
+
+
+def verify_index(directory: str | Path, *, check_sources: bool = False) -> VerifyReport:
+    import faiss
+
+    from indexer.video import file_fingerprint
+
+    directory = Path(directory)
+    rep = VerifyReport()
+    try:
+        manifest = read_manifest(directory)
+    except IndexFormatError as exc:
+        rep.errors.append(str(exc))
+        return rep
+    d = manifest.embed_dim
+    if not (directory / METADATA).is_file():
+        rep.errors.append(f"{METADATA} not found")
+        return rep
+    try:
+        conn = _connect_ro(directory)
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        rows = conn.execute(
+            "SELECT id, faiss_id, status, num_frames, embedding, bank_file, bank_offset, bank_count, "
+            "frame_indices, fingerprint, path FROM videos"
+        ).fetchall()
+        conn.close()
+    except sqlite3.DatabaseError as exc:
+        rep.errors.append(f"{METADATA} is not a readable SQLite database: {exc}")
+        return rep
+    if integrity != "ok":
+        rep.errors.append(f"{METADATA} integrity check: {integrity}")
+    indexed = [r for r in rows if r[2] == "indexed"]
+    failed = [r for r in rows if r[2] == "failed"]
+    other = [r for r in rows if r[2] not in ("indexed", "failed")]
+    if other:
+        rep.errors.append(f"{len(other)} rows have an unknown status (e.g. {other[0][0]!r}: {other[0][2]!r})")
+    if manifest.counts.get("indexed") != len(indexed) or manifest.counts.get("failed") != len(failed):
+        rep.errors.append(
+            f"manifest counts {manifest.counts} differ from the metadata store "
+            f"(indexed {len(indexed)}, failed {len(failed)})"
+        )
+
+    # FAISS: every indexed id resolves, nothing else is there
+    fids = [int(r[1]) for r in indexed]
+    if len(set(fids)) != len(fids) or any(f < 0 for f in fids):
+        rep.errors.append("FAISS ids in the metadata store are not unique non-negative integers")
+    try:
+        index = faiss.read_index(str(directory / FAISS_FILE))
+    except Exception as exc:  # noqa: BLE001
+        rep.errors.append(f"{FAISS_FILE} missing or unreadable: {str(exc).splitlines()[0][:200]}")
+        index = None
+    if index is not None:
+        if index.d != d:
+            rep.errors.append(f"{FAISS_FILE} has dimension {index.d}, manifest says {d}")
+        present = set(faiss_ids(index).tolist())
+        missing, extra = set(fids) - present, present - set(fids)
+        if missing:
+            rep.warnings.append(
+                f"{len(missing)} committed videos are not yet in {FAISS_FILE} (an interrupted build); "
+                "readers add them from the metadata store, and the next `indexer build`/`add` rewrites the file"
+            )
+        if extra:
+            rep.errors.append(f"{FAISS_FILE} holds {len(extra)} ids that belong to no indexed video")
+        if index.ntotal != len(present):
+            rep.errors.append(f"{FAISS_FILE} holds duplicate ids")
+        rep.checked["faiss_vectors"] = int(index.ntotal)
+
+    # embeddings and frame banks
+    banks: dict[str, np.ndarray | None] = {}
+    for vid, _, _, num_frames, emb, bank_file, off, cnt, idx_blob, _, _ in indexed:
+        if emb is None or len(emb) != 4 * d:
+            rep.errors.append(f"{vid}: stored embedding missing or of the wrong size")
+        else:
+            v = np.frombuffer(emb, dtype=np.float32)
+            if not np.all(np.isfinite(v)) or abs(float(np.linalg.norm(v)) - 1.0) > 1e-3:
+                rep.errors.append(f"{vid}: stored embedding is not finite and unit-norm")
+        if bank_file not in banks:
+            banks[bank_file] = _load_bank(directory, bank_file, d, rep)
+        arr = banks[bank_file]
+        if arr is not None and (off is None or cnt is None or off + cnt > len(arr)):
+            rep.errors.append(f"{vid}: frame bank rows {off}..{(off or 0) + (cnt or 0)} beyond {bank_file}")
+        indices = np.frombuffer(idx_blob or b"", dtype=np.int64)
+        if len(indices) != (cnt or 0) or (
+            len(indices) and (indices.min() < 0 or indices.max() >= num_frames)
+        ):
+            rep.errors.append(f"{vid}: frame bank indices do not match its {num_frames} frames")
+        elif len(indices) > 1 and not np.all(np.diff(indices) > 0):
+            rep.errors.append(f"{vid}: frame bank indices are not increasing")
+    referenced = {b for b in banks}
+    for f in (directory / BANK_DIR).glob("*.npy") if (directory / BANK_DIR).is_dir() else []:
+        if f"{BANK_DIR}/{f.name}" not in referenced:
+            rep.warnings.append(f"{BANK_DIR}/{f.name} is not referenced (left by an interrupted write)")
+
+    if check_sources:
+        changed = []
+        for vid, *_rest in rows:
+            fingerprint, path = _rest[-2], _rest[-1]
+            try:
+                if fingerprint and file_fingerprint(path) != fingerprint:
+                    changed.append(vid)
+            except OSError:
+                changed.append(vid)
+        if changed:
+            rep.warnings.append(
+                f"{len(changed)} source files changed or are gone since indexing (e.g. {changed[:3]}); "
+                "`indexer add` re-indexes changed files"
+            )
+        rep.checked["sources"] = len(rows)
+    rep.checked.update(videos=len(rows), indexed=len(indexed), failed=len(failed), bank_files=len(banks))
+    return rep
+
+
+def _load_bank(directory: Path, name: str | None, d: int, rep: VerifyReport) -> np.ndarray | None:
+    if name is None:
+        rep.errors.append("an indexed video has no frame bank file")
+        return None
+    try:
+        arr = np.load(directory / name, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        rep.errors.append(f"frame bank {name} missing or corrupt: {exc}")
+        return None
+    if arr.dtype != np.float16 or arr.ndim != 2 or arr.shape[1] != d:
+        rep.errors.append(f"frame bank {name} is {arr.dtype} {arr.shape}, expected float16 [rows, {d}]")
+        return None
+    return arr
+
+
+def _connect_ro(directory: Path) -> sqlite3.Connection:
+    path = directory / METADATA
+    if not path.is_file():
+        raise IndexFormatError(f"{directory}: {METADATA} not found")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -1,0 +1,417 @@
+"""The offline build: discover -> probe + decode (pool) -> encode (batched) -> frame bank -> commit.
+
+Per video (DESIGN.md "The two stages", offline column; paper §3.2, §A.4):
+
+    probe (fps, frame count, size)      indexer.video.probe_video
+    K uniform frames (Eq. 2, uniform)   models.selection.uniform_indices(num_frames, K)
+    C candidate frames (frame bank)     indexer.video.candidate_frame_indices (~1/s, <= 256)
+    decode the *union* of both sets once, at the backbone's working resolution (no frame is
+    decoded twice in a build), in a thread pool that runs ahead of the model
+    encode the K frames                 models.streaming.VideoEncoder.encode (clips of L, Eq. 3-10;
+                                        or one-shot) on a group of videos, so clips of several
+                                        videos share backbone batches
+    embed the C frames as images        Backbone.embed_images, batched across the group, float16
+    commit the group                    indexer.store.IndexWriter.commit (the crash-safe point)
+
+Batches are fixed chunks of the source list (in its stable order) minus the videos already in the
+index, so a resumed build runs the same batches as an uninterrupted one and writes the same bytes.
+Files written are documented in :mod:`indexer.store`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from indexer.store import Entry, IndexWriter, VideoRecord
+from indexer.video import (
+    VideoError,
+    VideoInfo,
+    candidate_frame_indices,
+    decode_frames,
+    file_fingerprint,
+    find_videos,
+    probe_video,
+)
+
+logger = logging.getLogger(__name__)
+
+# Test hook for crash-safety tests: the process exits abruptly (no cleanup, like kill -9) right
+# after this many batches have been committed.
+CRASH_ENV = "QASLR_INDEXER_CRASH_AFTER_BATCHES"
+
+
+class SourceError(ValueError):
+    """The SOURCE argument (folder or JSONL manifest) cannot be read; nothing was written."""
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    id: str  # stable user-facing id
+    path: Path
+    metadata: dict = field(default_factory=dict)
+
+
+def discover(source: str | os.PathLike) -> list[SourceItem]:
+    """A folder (recursive, by extension; id = path relative to the folder) or a JSONL manifest
+    (one object per line with ``path``, optional ``id`` (default: the path as written) and
+    ``metadata``; relative paths are relative to the manifest's folder). Order is stable."""
+    source = Path(source)
+    if source.is_dir():
+        return [SourceItem(p.relative_to(source).as_posix(), p, {}) for p in find_videos(source)]
+    if not source.is_file():
+        raise SourceError(f"source {str(source)!r} is neither a folder nor a JSONL manifest file")
+    items, problems, seen = [], [], {}
+    with open(source, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(f"line {lineno}: not JSON ({exc.msg})")
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("path"), str) or not obj["path"]:
+                problems.append(f"line {lineno}: needs an object with a non-empty string 'path'")
+                continue
+            vid = obj.get("id", obj["path"])
+            if not isinstance(vid, str | int) or isinstance(vid, bool) or str(vid) == "":
+                problems.append(f"line {lineno}: 'id' must be a non-empty string")
+                continue
+            vid = str(vid)
+            meta = obj.get("metadata", {})
+            if not isinstance(meta, dict):
+                problems.append(f"line {lineno}: 'metadata' must be an object")
+                continue
+            if vid in seen:
+                problems.append(f"line {lineno}: duplicate id {vid!r} (first on line {seen[vid]})")
+                continue
+            seen[vid] = lineno
+            path = Path(obj["path"]).expanduser()
+            items.append(SourceItem(vid, path if path.is_absolute() else source.parent / path, meta))
+    if problems:
+        shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
+        raise SourceError(f"{source}: {len(problems)} malformed manifest line(s): {shown}")
+    return items
+
+
+@dataclass
+class BuildOptions:
+    batch_videos: int = 4  # videos per model batch (their clips share backbone calls)
+    workers: int = 2  # decode threads
+    prefetch_batches: int = 2  # decoded batches kept ready ahead of the model
+    image_batch: int = 32  # frame-bank frames per backbone image call
+    bank_per_second: float = 1.0
+    bank_max_frames: int = 256
+    retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
+    checkpoint_every_s: float = 30.0  # FAISS checkpoint interval (SQLite holds every commit anyway)
+    faiss_factory: str | None = None  # final FAISS factory (None: keep the manifest's)
+
+
+@dataclass
+class BuildStats:
+    total: int = 0
+    indexed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    failed_before: int = 0  # skipped because an earlier run recorded them as failed
+    frames_decoded: int = 0
+    frames_encoded: int = 0
+    seconds: dict = field(
+        default_factory=lambda: {"decode": 0.0, "decode_wait": 0.0, "encode": 0.0, "bank": 0.0, "write": 0.0}
+    )
+    wall_s: float = 0.0
+    failures: list = field(default_factory=list)  # (id, reason)
+
+    def summary(self) -> str:
+        s = self.seconds
+        lines = [
+            f"videos: {self.total} in source, {self.indexed} indexed, {self.skipped} skipped "
+            f"(done earlier, {self.failed_before} of them failed; --retry-failed retries those), "
+            f"{self.failed} failed",
+            f"frames decoded: {self.frames_decoded}; frames encoded: {self.frames_encoded}",
+            f"time: wall {self.wall_s:.1f}s | decode {s['decode']:.1f}s (in {s.get('workers', 1)} worker(s), "
+            f"model waited {s['decode_wait']:.1f}s) | encode {s['encode']:.1f}s | frame bank {s['bank']:.1f}s "
+            f"| write {s['write']:.1f}s",
+        ]
+        if self.wall_s > 0 and self.indexed:
+            lines.append(
+                f"throughput: {self.indexed / self.wall_s:.2f} videos/s, {self.frames_decoded / self.wall_s:.1f} frames/s"
+            )
+        for vid, reason in self.failures[:20]:
+            lines.append(f"  failed: {vid}: {reason}")
+        if len(self.failures) > 20:
+            lines.append(f"  ... and {len(self.failures) - 20} more failures (see `indexer stats`)")
+        return "\n".join(lines)
+
+
+@dataclass
+class Decoded:
+    """A probed and decoded video, or the reason it could not be (``error``)."""
+
+    item: SourceItem
+    fingerprint: str = ""
+    info: VideoInfo | None = None
+    frames: np.ndarray | None = None  # [U, S, S, 3] the union of uniform and candidate frames
+    union: np.ndarray | None = None  # [U] source frame indices of ``frames``
+    uniform: np.ndarray | None = None  # [K_V] positions of the K uniform frames in ``union``
+    candidates: np.ndarray | None = None  # [C] positions of the candidate frames in ``union``
+    error: str | None = None
+    seconds: float = 0.0
+    source_stat: str | None = None
+
+
+def decode_video(
+    item: SourceItem, *, size: int, max_frames: int, bank_per_second: float, bank_max: int
+) -> Decoded:
+    """Probe and decode one video (runs in the decode pool). Never raises for bad input."""
+    from models.selection import uniform_indices
+
+    start = time.perf_counter()
+    out = Decoded(item=item)
+    try:
+        if not item.path.is_file():
+            raise VideoError("file not found")
+        out.source_stat = source_stat(item.path)
+        out.fingerprint = file_fingerprint(item.path)
+        info = probe_video(item.path)
+        out.info = info
+        uniform = uniform_indices(info.num_frames, max_frames)  # fewer than K for short videos
+        cand = candidate_frame_indices(info, max_frames=bank_max, per_second=bank_per_second)
+        union = np.union1d(uniform, cand)  # each frame decoded once
+        out.frames = decode_frames(item.path, union, size=size)
+        out.union = union
+        out.uniform = np.searchsorted(union, uniform)
+        out.candidates = np.searchsorted(union, cand)
+    except VideoError as exc:
+        out.error = str(exc)
+    except (OSError, MemoryError, ValueError, RuntimeError) as exc:  # unreadable file, decoder crash
+        out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def plan_batches(items: Sequence[SourceItem], done: set[str], batch_videos: int) -> list[list[SourceItem]]:
+    """Fixed chunks of the full source list, minus finished videos (so resume == uninterrupted)."""
+    batches = []
+    for start in range(0, len(items), batch_videos):
+        chunk = [it for it in items[start : start + batch_videos] if it.id not in done]
+        if chunk:
+            batches.append(chunk)
+    return batches
+
+
+class Builder:
+    """Runs the build for one writer with one encoder (see the module docstring)."""
+
+    def __init__(self, writer: IndexWriter, encoder, *, options: BuildOptions = BuildOptions()):
+        self.writer = writer
+        self.encoder = encoder
+        self.backbone = encoder.backbone
+        self.options = options
+        m = writer.manifest
+        if m.embed_dim != encoder.embed_dim:
+            raise ValueError(f"index has embed_dim {m.embed_dim}, encoder embeds to {encoder.embed_dim}")
+        self.size = self.backbone.frame_size
+
+    def run(
+        self,
+        items: Sequence[SourceItem],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        on_plan: Callable[[int], None] | None = None,
+    ) -> BuildStats:
+        """Index every item not yet in the index. ``progress(videos, frames)`` after each batch;
+        ``on_plan(n_pending)`` once the work is known."""
+        opts = self.options
+        stats = BuildStats(total=len(items))
+        stats.seconds["workers"] = opts.workers
+        wall = time.perf_counter()
+        finished = self.writer.finished()
+        done = set()
+        for it in items:
+            prev = finished.get(it.id)
+            if prev is None:
+                continue
+            fingerprint, status, stat = prev
+            if status == "failed" and opts.retry_failed:
+                continue
+            if _unchanged(it.path, fingerprint, stat):
+                done.add(it.id)
+                stats.failed_before += status == "failed"
+            else:
+                logger.info("%s changed on disk since it was indexed; re-indexing it", it.id)
+        stats.skipped = len(done)
+        batches = plan_batches(items, done, max(1, opts.batch_videos))
+        pending = sum(len(b) for b in batches)
+        if on_plan:
+            on_plan(pending)
+        crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
+        last_checkpoint = time.perf_counter()
+        committed = 0
+
+        decode_kwargs = dict(
+            size=self.size,
+            max_frames=self.writer.manifest.max_frames,
+            bank_per_second=opts.bank_per_second,
+            bank_max=opts.bank_max_frames,
+        )
+        with ThreadPoolExecutor(max_workers=max(1, opts.workers), thread_name_prefix="decode") as pool:
+            queue: deque[list[Future]] = deque()
+            next_batch = 0
+
+            def fill():
+                nonlocal next_batch
+                while next_batch < len(batches) and len(queue) < max(1, opts.prefetch_batches) + 1:
+                    queue.append(
+                        [pool.submit(decode_video, it, **decode_kwargs) for it in batches[next_batch]]
+                    )
+                    next_batch += 1
+
+            fill()
+            try:
+                while queue:
+                    futures = queue.popleft()
+                    t = time.perf_counter()
+                    decoded = [f.result() for f in futures]
+                    stats.seconds["decode_wait"] += time.perf_counter() - t
+                    fill()  # keep the pool busy while the model works on this batch
+                    stats.seconds["decode"] += sum(d.seconds for d in decoded)
+                    entries = self._process(decoded, stats)
+                    t = time.perf_counter()
+                    self.writer.commit(entries)
+                    if time.perf_counter() - last_checkpoint > opts.checkpoint_every_s:
+                        self.writer.checkpoint()
+                        last_checkpoint = time.perf_counter()
+                    stats.seconds["write"] += time.perf_counter() - t
+                    committed += 1
+                    if crash_after and committed >= crash_after:
+                        logger.error("%s=%d: simulating a crash now", CRASH_ENV, crash_after)
+                        os._exit(99)
+                    if progress:
+                        progress(len(decoded), sum(len(d.union) for d in decoded if d.union is not None))
+            finally:
+                for futures in queue:
+                    for f in futures:
+                        f.cancel()
+        t = time.perf_counter()
+        self.writer.finalize(factory=opts.faiss_factory)
+        stats.seconds["write"] += time.perf_counter() - t
+        stats.wall_s = time.perf_counter() - wall
+        return stats
+
+    # -- one batch ---------------------------------------------------------------------------------
+    def _process(self, decoded: list[Decoded], stats: BuildStats) -> list[Entry]:
+        from models.streaming import FrameSet
+
+        ok = [d for d in decoded if d.error is None]
+        stats.frames_decoded += sum(len(d.union) for d in ok)
+        t = time.perf_counter()
+        finals = self._guarded(
+            ok,
+            lambda group: [
+                e.final.numpy()
+                for e in self.encoder.encode(
+                    [FrameSet(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group]
+                )
+            ],
+        )
+        stats.seconds["encode"] += time.perf_counter() - t
+        t = time.perf_counter()
+        banks = self._guarded([d for d in ok if d.error is None], self._embed_banks)
+        stats.seconds["bank"] += time.perf_counter() - t
+
+        entries = []
+        for d in decoded:
+            info = d.info
+            record = VideoRecord(
+                id=d.item.id,
+                faiss_id=-1,
+                path=str(d.item.path),
+                fingerprint=d.fingerprint,
+                fps=info.fps if info else 0.0,
+                num_frames=info.num_frames if info else 0,
+                duration_s=info.duration_s if info else 0.0,
+                width=info.width if info else 0,
+                height=info.height if info else 0,
+                metadata=dict(d.item.metadata),
+                status="failed" if d.error else "indexed",
+                error=d.error,
+            )
+            if d.error:
+                stats.failed += 1
+                stats.failures.append((d.item.id, d.error))
+                logger.warning("cannot index %s: %s", d.item.id, d.error)
+                entries.append(Entry(record, source_stat=d.source_stat))
+                continue
+            stats.indexed += 1
+            stats.frames_encoded += len(d.uniform) + len(d.candidates)
+            entries.append(
+                Entry(
+                    record,
+                    embedding=finals[id(d)],
+                    bank_indices=d.union[d.candidates],
+                    bank_embeddings=banks[id(d)],
+                    source_stat=d.source_stat,
+                )
+            )
+            d.frames = None  # free the pixels early
+        return entries
+
+    def _embed_banks(self, group: list[Decoded]) -> list[np.ndarray]:
+        """Candidate frames of all videos in the group, embedded as images in shared batches."""
+        frames = np.concatenate([d.frames[d.candidates] for d in group])  # [sum C, S, S, 3]
+        out = np.empty((len(frames), self.writer.manifest.embed_dim), dtype=np.float16)
+        step = max(1, self.options.image_batch)
+        for s in range(0, len(frames), step):
+            out[s : s + step] = self.backbone.embed_images(frames[s : s + step]).float().cpu().numpy()
+        bounds = np.cumsum([0] + [len(d.candidates) for d in group])
+        return [out[bounds[i] : bounds[i + 1]] for i in range(len(group))]
+
+    def _guarded(self, group: list[Decoded], fn) -> dict[int, np.ndarray]:
+        """Run ``fn`` on the whole group; if it fails, retry video by video so that one bad video
+        (e.g. a decoder returning odd frames) fails alone with its reason."""
+        if not group:
+            return {}
+        try:
+            return {id(d): r for d, r in zip(group, fn(group), strict=True)}
+        except Exception as exc:  # noqa: BLE001 - any model error is isolated per video below
+            if len(group) == 1:
+                group[
+                    0
+                ].error = f"model failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                return {}
+            logger.warning("batch failed (%s); retrying its videos one by one", exc)
+            out = {}
+            for d in group:
+                out.update(self._guarded([d], fn))
+            return out
+
+
+def source_stat(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _unchanged(path: Path, fingerprint: str, stat: str | None) -> bool:
+    """Same file as when it was indexed: same size and mtime, or else the same content fingerprint.
+    A file that is gone or unreadable now keeps what the index has."""
+    now = source_stat(path)
+    if now is None or now == stat:
+        return True
+    try:
+        return file_fingerprint(path) == fingerprint
+    except OSError:
+        return True

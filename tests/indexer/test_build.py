@@ -1,0 +1,322 @@
+"""`indexer build|add|remove|stats|verify` end to end: real tiny checkpoint, real decord, real FAISS.
+
+The crash test runs a build in a subprocess that dies abruptly (os._exit, like kill -9) after two
+committed batches, resumes it, and compares everything on disk with an uninterrupted build.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from indexer import pipeline
+from indexer.cli import main
+from indexer.maintenance import verify_index
+from indexer.store import IndexMismatchError, IndexReader
+
+K, L = 8, 4
+COMMON = ["--frames", str(K), "--clip-len", str(L), "--no-progress", "--log-level", "WARNING"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, video_factory):
+    """Good videos of several lengths, rates and sizes, plus broken ones."""
+    root = tmp_path_factory.mktemp("corpus")
+    video_factory(root / "long.mp4", num_frames=120, fps=24, size=(128, 96), seed=1)
+    video_factory(root / "slow.mp4", num_frames=30, fps=6, size=(64, 64), seed=2)
+    video_factory(root / "nested" / "wide.avi", num_frames=60, fps=30, size=(160, 48), seed=3)
+    video_factory(root / "short.mp4", num_frames=5, fps=25, size=(96, 64), seed=4)  # fewer than K frames
+    video_factory(root / "tiny16.mp4", num_frames=12, fps=12, size=(16, 16), seed=5)  # absurdly small
+    full = video_factory(root.parent / "full.avi", num_frames=96, fps=24, size=(64, 48), seed=6)
+    data = full.read_bytes()
+    (root / "truncated.avi").write_bytes(
+        data[: len(data) // 2]
+    )  # decodable prefix: indexed with fewer frames
+    mp4 = (root / "long.mp4").read_bytes()
+    (root / "truncated.mp4").write_bytes(mp4[: len(mp4) // 2])  # no moov atom: cannot be opened
+    (root / "notes.mp4").write_text("this is not a video\n" * 50)
+    (root / "empty.mkv").write_bytes(b"")
+    (root / "readme.txt").write_text("ignored: not a video extension")
+    return root
+
+
+GOOD = {"long.mp4", "slow.mp4", "nested/wide.avi", "short.mp4", "tiny16.mp4", "truncated.avi"}
+BAD = {"truncated.mp4", "notes.mp4", "empty.mkv"}
+
+
+def _snapshot(directory):
+    """Everything a resumed build must reproduce: records, embeddings, banks, manifest settings."""
+    with IndexReader(directory) as r:
+        out = {}
+        for v in r.videos(status=None):
+            item = {"faiss_id": v.faiss_id, "status": v.status, "error": v.error, "num_frames": v.num_frames}
+            if v.status == "indexed":
+                bank = r.frame_bank(v.id)
+                item.update(
+                    embedding=r.embedding(v.id).tobytes(),
+                    bank_indices=bank.frame_indices.tolist(),
+                    bank=np.asarray(bank.embeddings).tobytes(),
+                )
+            out[v.id] = item
+        manifest = {k: v for k, v in vars(r.manifest).items() if k != "built_at"}
+        queries = np.stack([r.embedding(i) for i in sorted(r.filter_ids({}))])
+        return out, manifest, r.search(queries, 3)
+
+
+def test_build_stats_verify_oneshot(corpus, tiny_checkpoint, tmp_path, capsys):
+    index = tmp_path / "idx"
+    assert main(["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    out = capsys.readouterr().out
+    assert "6 indexed" in out and "3 failed" in out and "time: wall" in out
+
+    with IndexReader(index) as r:
+        assert {v.id for v in r.videos()} == GOOD
+        failed = {v.id: v.error for v in r.videos(status="failed")}
+        assert set(failed) == BAD
+        assert failed["empty.mkv"] == "empty file (0 bytes)"
+        assert "cannot open as video" in failed["notes.mp4"]
+        m = r.manifest
+        assert (m.embedder, m.head_fingerprint, m.max_frames, m.clip_len, m.embed_dim) == (
+            "oneshot",
+            "oneshot",
+            K,
+            L,
+            64,
+        )
+        assert m.counts == {"indexed": 6, "failed": 3} and m.faiss_factory == "IDMap2,Flat"
+        for vid in GOOD:
+            v = r.video(vid)
+            bank = r.frame_bank(vid)
+            # about one candidate frame per second, at least one, inside the video, increasing
+            assert len(bank.frame_indices) == max(1, round(v.duration_s))
+            assert 0 <= bank.frame_indices.min() and bank.frame_indices.max() < v.num_frames
+            np.testing.assert_allclose(bank.timestamps, bank.frame_indices / v.fps)
+            assert bank.embeddings.shape == (len(bank.frame_indices), 64)
+            assert bank.embeddings.dtype == np.float16
+            e = r.embedding(vid)
+            assert np.linalg.norm(e) == pytest.approx(1.0, abs=1e-5)
+            assert r.search(e[None], 1)[0][0][0] == vid
+        assert r.video("short.mp4").num_frames == 5  # shorter than K: indexed with its 5 frames
+        assert 0 < r.video("truncated.avi").num_frames < 96
+
+    assert main(["stats", "--index", str(index), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["indexed"] == 6 and stats["failed"] == 3 and stats["bank_frames"] > 0
+    assert main(["verify", "--index", str(index), "--check-sources"]) == 0
+    assert capsys.readouterr().out.startswith("OK")
+
+    # a second run skips everything; --fail-on-error reflects the recorded failures
+    args = ["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*args, "--fail-on-error"]) == 1
+    assert "0 indexed, 9 skipped" in capsys.readouterr().out
+
+    # verify notices damage
+    bank_file = next((index / "bank").glob("*.npy"))
+    bank_file.write_bytes(bank_file.read_bytes()[:100])
+    assert main(["verify", "--index", str(index)]) == 1
+    assert "frame bank" in capsys.readouterr().out
+
+
+def test_every_frame_decoded_once(corpus, tiny_checkpoint, tmp_path, monkeypatch):
+    calls = []
+    real = pipeline.decode_frames
+
+    def counting(path, indices, *, size):
+        calls.append((str(path), list(indices)))
+        return real(path, indices, size=size)
+
+    monkeypatch.setattr(pipeline, "decode_frames", counting)
+    assert (
+        main(["build", str(corpus), "--index", str(tmp_path / "i"), "--model", str(tiny_checkpoint), *COMMON])
+        == 0
+    )
+    paths = [p for p, _ in calls]
+    assert len(paths) == len(set(paths)) == len(GOOD)  # one decode call per video
+    for _, indices in calls:
+        assert indices == sorted(set(indices))  # the union of uniform and candidate frames, no repeats
+
+
+def _build_cmd(corpus, index, ckpt, head):
+    return [
+        "build",
+        str(corpus),
+        "--index",
+        str(index),
+        "--model",
+        str(ckpt),
+        "--head",
+        str(head),
+        "--batch-videos",
+        "2",
+        *COMMON,
+    ]
+
+
+def test_resume_after_crash_equals_uninterrupted(corpus, tiny_checkpoint, tiny_head, tmp_path):
+    crashed = tmp_path / "crashed"
+    env = dict(os.environ, OMP_NUM_THREADS="1", **{pipeline.CRASH_ENV: "2"})
+    code = "import sys; from indexer.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *_build_cmd(corpus, crashed, tiny_checkpoint, tiny_head)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 99, proc.stderr[-2000:]
+    # the crashed directory is a consistent, readable index of the two committed batches
+    assert verify_index(crashed).ok
+    with IndexReader(crashed) as r:
+        partial = {v.id for v in r.videos(status=None)}
+        assert len(partial) == 4 and r.manifest.counts["indexed"] + r.manifest.counts["failed"] == 4
+    assert main(_build_cmd(corpus, crashed, tiny_checkpoint, tiny_head)) == 0  # resume
+
+    clean = tmp_path / "clean"
+    assert main(_build_cmd(corpus, clean, tiny_checkpoint, tiny_head)) == 0
+    resumed_snap, clean_snap = _snapshot(crashed), _snapshot(clean)
+    assert resumed_snap[1]["embedder"] == "qaslr" and resumed_snap[1]["num_think_tokens"] == 8
+    assert set(resumed_snap[0]) == GOOD | BAD
+    assert resumed_snap == clean_snap
+    assert verify_index(crashed).ok
+
+
+def test_add_remove_stable_ids_and_changes(tmp_path, video_factory, tiny_checkpoint, capsys):
+    src = tmp_path / "src"
+    video_factory(src / "a.mp4", num_frames=24, fps=12, seed=10)
+    video_factory(src / "b.mp4", num_frames=36, fps=12, seed=11)
+    index = tmp_path / "idx"
+    assert main(["build", str(src), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    with IndexReader(index) as r:
+        before = {v.id: (v.faiss_id, r.embedding(v.id).tobytes()) for v in r.videos()}
+
+    more = tmp_path / "more"
+    video_factory(more / "c.mp4", num_frames=30, fps=10, seed=12)
+    shutil.copy(src / "a.mp4", more / "a.mp4")  # same id, same content: skipped
+    assert main(["add", str(more), "--index", str(index), "--no-progress", "--log-level", "WARNING"]) == 0
+    assert "1 indexed, 1 skipped" in capsys.readouterr().out
+    with IndexReader(index) as r:
+        assert set(before) <= {v.id for v in r.videos()} and r.video("c.mp4") is not None
+        for vid, (fid, emb) in before.items():
+            assert (r.video(vid).faiss_id, r.embedding(vid).tobytes()) == (fid, emb)
+        assert r.video("c.mp4").faiss_id not in {f for f, _ in before.values()}
+
+    # a changed file under the same id is re-indexed
+    video_factory(more / "a.mp4", num_frames=40, fps=10, seed=99)
+    assert main(["add", str(more), "--index", str(index), "--no-progress", "--log-level", "WARNING"]) == 0
+    with IndexReader(index) as r:
+        assert r.video("a.mp4").num_frames == 40 and r.embedding("a.mp4").tobytes() != before["a.mp4"][1]
+        assert len(r) == 3
+
+    assert main(["remove", "b.mp4", "--index", str(index)]) == 0
+    assert main(["remove", "nope", "--index", str(index)]) == 1
+    with IndexReader(index) as r:
+        assert r.video("b.mp4") is None and len(r) == 2
+        assert all(
+            vid != "b.mp4" for vid, _ in r.search(np.frombuffer(before["b.mp4"][1], np.float32)[None], 5)[0]
+        )
+    assert main(["verify", "--index", str(index)]) == 0
+
+    # ids and FAISS ids are stable across rebuilds from scratch
+    rebuilt = tmp_path / "rebuilt"
+    assert main(["build", str(src), "--index", str(rebuilt), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    with IndexReader(rebuilt) as r2:
+        assert {v.id: v.faiss_id for v in r2.videos()} == {k: f for k, (f, _) in before.items()}
+
+
+def test_mismatch_refused(sample_videos, tiny_checkpoint, tiny_head, tmp_path, capsys):
+    from models.checkpoint import make_checkpoint
+
+    index = tmp_path / "idx"
+    base = ["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint)]
+    assert main([*base, *COMMON]) == 0
+    capsys.readouterr()
+    # resuming with other settings is refused, naming both sides
+    assert main([*base, "--frames", "6", "--clip-len", str(L), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "max_frames: index has 8, this build has 6" in err
+    assert main([*base, *COMMON, "--head", str(tiny_head)]) == 2
+    assert "head_fingerprint" in capsys.readouterr().err
+    # adding with another backbone is refused
+    other = make_checkpoint(tmp_path / "other", seed=1)
+    assert (
+        main(["add", str(sample_videos), "--index", str(index), "--model", str(other), "--no-progress"]) == 2
+    )
+    assert "fingerprint" in capsys.readouterr().err
+    with IndexReader(index) as r:
+        with pytest.raises(IndexMismatchError):
+            r.check_compatible(backbone_fingerprint="0" * 16, head_fingerprint="oneshot")
+        assert len(r) == 4
+
+
+def test_jsonl_manifest_source(tmp_path, video_factory, tiny_checkpoint, capsys):
+    video_factory(tmp_path / "media" / "x.mp4", num_frames=24, fps=12, seed=20)
+    video_factory(tmp_path / "media" / "y.mp4", num_frames=24, fps=8, seed=21)
+    lines = [
+        {"id": "vid-x", "path": "media/x.mp4", "metadata": {"lang": "en", "year": 2020}},
+        {"id": "vid-y", "path": str(tmp_path / "media" / "y.mp4"), "metadata": {"lang": "fr", "year": 2023}},
+        {"id": "vid-z", "path": "media/missing.mp4"},
+    ]
+    manifest = tmp_path / "corpus.jsonl"
+    manifest.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    index = tmp_path / "idx"
+    assert (
+        main(["build", str(manifest), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    )
+    with IndexReader(index) as r:
+        assert {v.id for v in r.videos()} == {"vid-x", "vid-y"}
+        assert r.video("vid-z").status == "failed" and r.video("vid-z").error == "file not found"
+        assert r.video("vid-x").metadata == {"lang": "en", "year": 2020}
+        assert r.filter_ids({"lang": "fr"}) == {"vid-y"}
+        assert r.filter_ids({"year": {"gte": 2021}}) == {"vid-y"}
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "path": "x.mp4"}\nnot json\n{"id": "a", "path": "y.mp4"}\n{"path": 3}\n')
+    capsys.readouterr()
+    assert (
+        main(["build", str(bad), "--index", str(tmp_path / "i2"), "--model", str(tiny_checkpoint), *COMMON])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "line 2: not JSON" in err and "line 3: duplicate id 'a'" in err and "line 4" in err
+    assert not (tmp_path / "i2").exists()
+
+
+def test_usage_errors(tmp_path, tiny_checkpoint, sample_videos, capsys):
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "nowhere"),
+                "--index",
+                str(tmp_path / "i"),
+                "--model",
+                str(tiny_checkpoint),
+            ]
+        )
+        == 2
+    )
+    assert "neither a folder nor a JSONL manifest" in capsys.readouterr().err
+    assert main(["build", str(sample_videos), "--index", str(tmp_path / "i"), "--embedder", "qaslr"]) == 2
+    assert "--head" in capsys.readouterr().err
+    assert main(["build", str(sample_videos), "--index", str(tmp_path / "i"), "--model", str(tmp_path)]) == 2
+    assert "config.json" in capsys.readouterr().err
+    assert main(["stats", "--index", str(tmp_path / "none")]) == 2
+    assert main(["verify", "--index", str(tmp_path / "none")]) == 1
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    help_text = capsys.readouterr().out
+    for flag in (
+        "--frames",
+        "--clip-len",
+        "--head",
+        "--embedder",
+        "--workers",
+        "--batch-videos",
+        "--fail-on-error",
+        "--faiss-factory",
+    ):
+        assert flag in help_text
