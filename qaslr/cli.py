@@ -16,6 +16,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "make-checkpoint": ("models.cli", "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)"),
     "make-head": ("models.cli_head", "write a randomly initialised streaming head for a backbone"),
+    "serve": ("service.cli", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
 }
 
 

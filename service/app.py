@@ -1,0 +1,101 @@
+"""The FastAPI application factory.
+
+    app = create_app(settings)            # loads model + index in the background at startup
+    app = create_app(settings, engine=e)  # reuse a loaded Engine (or pass a callable returning one)
+
+Routes: ``POST /search``, ``GET /videos/{id}``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
+and the OpenAPI docs at ``/docs``. ``serve(settings)`` runs the app under uvicorn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.errors import RequestIdMiddleware, install_error_handlers
+from service.routers import health, search, videos
+from service.settings import Settings
+from service.state import AppState
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """Long-video retrieval with Query-Aware Streaming Latent Reasoning (QASLR).
+
+* `POST /search` — stage 1: FAISS over query-independent video embeddings; stage 2 (`mode=rerank`):
+  query-aware frame selection and query-conditioned encoding of the shortlist (paper §A.4).
+* Every response carries `X-Request-ID`; errors are `{"error": {"code", "message", "field"}, "request_id"}`.
+* When API keys are configured, send `Authorization: Bearer <key>` or `X-API-Key: <key>`.
+"""
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by route template, search mode and status."""
+
+    def __init__(self, app, state: AppState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        async def capture(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            mode = (scope.get("state") or {}).get("search_mode", "")
+            labels = (path, mode, str(status["code"]))
+            m = self.state.metrics
+            m.requests.labels(*labels).inc()
+            m.latency.labels(*labels).observe(time.perf_counter() - t0)
+
+
+def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
+    settings = settings or Settings()
+    state = AppState(settings, engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.start()
+        try:
+            yield
+        finally:
+            state.shutdown()
+
+    app = FastAPI(
+        title="QASLR long-video search",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.qaslr = state
+    install_error_handlers(app)
+    app.add_middleware(MetricsMiddleware, state=state)
+    app.add_middleware(RequestIdMiddleware)  # added last = outermost: ids even on 500s
+    app.include_router(health.router)
+    app.include_router(search.router)
+    app.include_router(videos.router)
+    return app
+
+
+def serve(settings: Settings | None = None, *, engine=None) -> None:
+    """Run the API under uvicorn until interrupted (``qaslr serve`` and ``qaslr demo`` call this)."""
+    import uvicorn
+
+    settings = settings or Settings()
+    app = create_app(settings, engine=engine)
+    logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), access_log=False
+    )

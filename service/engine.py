@@ -1,0 +1,125 @@
+"""Loading what a search needs: the index, the backbone (and head), the frame cache, the Searcher."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigurationError(RuntimeError):
+    """The settings cannot work (no index, a head is missing, ...); the message says how to fix it."""
+
+
+@dataclass
+class Engine:
+    settings: Settings
+    index: object  # indexer.store.IndexReader
+    encoder: object  # models.streaming.VideoEncoder
+    cache: object  # service.cache.FrameCache
+    searcher: object  # service.searcher.Searcher
+    random_weights: bool = False
+    info: dict = field(default_factory=dict)
+
+    def close(self) -> None:
+        for thing in (self.cache, self.index):
+            close = getattr(thing, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # closing must not mask the shutdown
+                    logger.exception("closing %s failed", type(thing).__name__)
+
+
+def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
+    """Open the index, load the backbone sized by its manifest (frame size, Matryoshka dim) and the
+    head it was built with, refuse a mismatched model, and wire up the cache and the searcher."""
+    from indexer.store import IndexReader
+    from models.backbone import load_backbone
+    from models.streaming import StreamingConfig, VideoEncoder
+    from service.cache import make_cache
+    from service.searcher import Searcher
+
+    if settings.index is None:
+        raise ConfigurationError(
+            "no index configured: set QASLR_INDEX or pass --index DIR (built by `indexer build`)"
+        )
+    index = IndexReader(Path(settings.index))
+    try:
+        m = index.manifest
+        backbone = load_backbone(
+            settings.model,
+            device=settings.device,
+            dtype=settings.dtype,
+            frame_size=settings.frame_size or m.frame_size,
+            embed_dim=m.embed_dim,
+        )
+        head = None
+        head_fp = "oneshot"
+        if m.embedder == "qaslr":
+            if settings.head is None:
+                raise ConfigurationError(
+                    f"the index was built with a streaming head (fingerprint {m.head_fingerprint}); "
+                    "pass the same head with --head DIR or QASLR_HEAD"
+                )
+            from models.head import head_fingerprint, load_head
+
+            head_fp = head_fingerprint(settings.head)
+            head = load_head(settings.head, device=backbone.device)
+        elif settings.head is not None:
+            logger.warning("the index is one-shot; ignoring the streaming head %s", settings.head)
+        index.check_compatible(backbone_fingerprint=backbone.fingerprint, head_fingerprint=head_fp)
+        if backbone.frame_size != m.frame_size:
+            logger.warning(
+                "working resolution %d differs from the index's %d: stage-2 frames are decoded at %d",
+                backbone.frame_size,
+                m.frame_size,
+                backbone.frame_size,
+            )
+        encoder = VideoEncoder(
+            backbone,
+            head,
+            config=StreamingConfig(
+                max_frames=m.max_frames,
+                clip_len=m.clip_len,
+                max_evidence=m.max_evidence,
+                clip_batch_size=settings.clip_batch_size,
+            ),
+            instruction=m.instruction,
+        )
+        cache = make_cache(settings, on_error=on_cache_error)
+        searcher = Searcher(encoder, index, cache, settings=settings, frame_size=backbone.frame_size)
+    except BaseException:
+        index.close()
+        raise
+    if backbone.random_weights:
+        logger.warning(
+            "the backbone %s has RANDOM WEIGHTS (a generated test checkpoint): search rankings are meaningless",
+            settings.model,
+        )
+    info = {
+        "backbone": str(settings.model)
+        if not Path(str(settings.model)).exists()
+        else Path(str(settings.model)).name,
+        "embedder": m.embedder,
+        "device": str(backbone.device),
+        "dtype": str(backbone.dtype).removeprefix("torch."),
+        "videos": len(index),
+        "embed_dim": m.embed_dim,
+        "frame_size": backbone.frame_size,
+        "cache": cache.backend,
+    }
+    logger.info("search engine ready: %s", info)
+    return Engine(
+        settings=settings,
+        index=index,
+        encoder=encoder,
+        cache=cache,
+        searcher=searcher,
+        random_weights=bool(backbone.random_weights),
+        info=info,
+    )

@@ -1,0 +1,90 @@
+"""Service settings: one pydantic-settings class, read from the environment.
+
+Every field reads ``QASLR_<FIELD>`` (e.g. ``QASLR_INDEX``, ``QASLR_API_KEYS``), except the Redis URL,
+which reads the conventional ``REDIS_URL`` (``QASLR_REDIS_URL`` also works). ``qaslr serve`` flags
+override the environment. ``.env.example`` at the repository root documents each variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"  # same as models.backbone (kept import-light)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="QASLR_", extra="ignore", populate_by_name=True)
+
+    # -- what to load ---------------------------------------------------------------------------
+    index: Path | None = Field(None, description="index directory written by `indexer build` (required)")
+    model: str = Field(DEFAULT_MODEL_ID, description="backbone hub id or local checkpoint directory")
+    head: Path | None = Field(
+        None, description="streaming head directory; required when the index was built with one"
+    )
+    device: str = Field("auto", description="torch device: auto (cuda if available), cpu, cuda, cuda:1")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="backbone dtype; auto = bfloat16 on CUDA, float32 on CPU"
+    )
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        repr=False,
+        description="comma-separated API keys; empty = no authentication",
+    )
+    log_level: str = "info"
+
+    # -- frame cache ------------------------------------------------------------------------------
+    redis_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("REDIS_URL", "QASLR_REDIS_URL", "redis_url"),
+        description="redis://host:port/db; unset = in-process LRU cache",
+    )
+    cache_ttl_s: int = Field(24 * 3600, ge=1, description="TTL of a cached frame in Redis")
+    cache_max_items: int = Field(4096, ge=0, description="frames held by the in-process LRU (0 = off)")
+    cache_prefix: str = Field("qaslr:frame:", description="Redis key prefix")
+    redis_timeout_s: float = Field(0.5, gt=0, description="Redis socket timeout")
+    redis_retry_s: float = Field(5.0, ge=0, description="after a Redis error, skip Redis this long")
+
+    # -- serving behaviour ------------------------------------------------------------------------
+    queue_size: int = Field(
+        8, ge=0, description="searches waiting for the model worker beyond the running one"
+    )
+    request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
+
+    # -- search defaults and bounds ---------------------------------------------------------------
+    default_shortlist: int = Field(10, ge=1, le=200, description="R when the request gives none (paper: 10)")
+    default_frames: int = Field(32, ge=1, description="K' stage-2 frames per candidate when not given")
+    max_frames: int = Field(128, ge=1, description="upper bound on a request's K' (paper K <= 128)")
+    selection_temperature: float = Field(0.8, gt=0, description="Q-Frame softmax temperature")
+    selection_seed: int = Field(0, description="default Gumbel seed of query-aware selection")
+    clip_batch_size: int = Field(
+        8, ge=1, description="clips per backbone forward pass (shared by candidates)"
+    )
+    frame_size: int | None = Field(None, description="override the working resolution (default: the index's)")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value):
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return [str(k).strip() for k in value if str(k).strip()]
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value):
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Settings:
+        if self.default_frames > self.max_frames:
+            raise ValueError(f"default_frames ({self.default_frames}) exceeds max_frames ({self.max_frames})")
+        return self

@@ -1,0 +1,161 @@
+"""The frame cache: value encoding, the in-process LRU, and Redis (the machine's real server for the
+warm-cache test; a throwaway redis-server of our own for the outage test)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.service.conftest import free_port, live_server
+
+QUERY = "a red block slides across the sea"
+SHARED_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def test_frame_value_roundtrip_is_exact_and_self_describing():
+    from service.cache import CODEC_RAW, CODEC_ZLIB, decode_frame, encode_frame
+
+    frame = np.random.default_rng(0).integers(0, 256, (64, 48, 3), dtype=np.uint8)
+    for codec in (None, CODEC_RAW, CODEC_ZLIB):
+        back = decode_frame(encode_frame(frame, codec=codec))
+        assert back.shape == frame.shape and np.array_equal(back, frame)
+    value = encode_frame(frame)
+    for bad in (b"", b"garbage-bytes-here", value[:-1], b"XX" + value[2:]):
+        with pytest.raises(ValueError):
+            decode_frame(bad)
+
+
+def test_lru_evicts_least_recently_used():
+    from service.cache import InProcessLRUCache
+
+    cache = InProcessLRUCache(max_items=2)
+    a, b, c = (np.full((2, 2, 3), v, np.uint8) for v in (1, 2, 3))
+    cache.set_many({"a": a, "b": b})
+    assert cache.get_many(["a"])[0] is not None  # a is now the most recent
+    cache.set_many({"c": c})
+    got = cache.get_many(["a", "b", "c"])
+    assert got[1] is None and np.array_equal(got[0], a) and np.array_equal(got[2], c)
+    assert InProcessLRUCache(max_items=0).get_many(["a"]) == [None]
+
+
+@pytest.fixture
+def shared_redis_prefix():
+    """A unique key prefix on the machine's Redis; every key under it is deleted afterwards."""
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url(SHARED_REDIS)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis server at 127.0.0.1:6379")
+    prefix = f"qaslr-test:{uuid.uuid4().hex[:10]}:"
+    yield client, prefix
+    keys = list(client.scan_iter(match=prefix + "*", count=500))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def test_warm_second_query_decodes_nothing(make_settings, shared_redis_prefix):
+    from service.app import create_app
+
+    client, prefix = shared_redis_prefix
+    settings = make_settings(redis_url=SHARED_REDIS, cache_prefix=prefix, cache_ttl_s=600)
+    payload = {"query": QUERY, "top_k": 4, "shortlist": 4, "frames": 6}
+    app = create_app(settings)
+    with live_server(app) as http:
+        assert http.get("/readyz").json()["cache"] == "redis"
+        cold = http.post("/search", json=payload).json()
+        warm = http.post("/search", json=payload).json()
+        searcher = app.state.qaslr.engine.searcher
+    assert cold["cache"]["backend"] == "redis"
+    assert cold["cache"]["misses"] == 24 == cold["cache"]["decoded_frames"] and cold["cache"]["hits"] == 0
+    assert (
+        warm["cache"]["decoded_frames"] == 0 and warm["cache"]["misses"] == 0 and warm["cache"]["hits"] == 24
+    )
+    assert searcher.decoded_frames == 24  # the searcher's own count of frames read from files
+    # a lossless cache: warm scores are the cold scores, bit for bit
+    assert [(r["video_id"], r["score"]) for r in warm["results"]] == [
+        (r["video_id"], r["score"]) for r in cold["results"]
+    ]
+    keys = list(client.scan_iter(match=prefix + "*"))
+    assert len(keys) == 24
+    assert 0 < client.ttl(keys[0]) <= 600
+    fingerprint, frame_index, size = keys[0].decode()[len(prefix) :].split(":")
+    assert size == "64" and int(frame_index) >= 0 and len(fingerprint) >= 16
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A throwaway redis-server on a free port (never the shared one), killed at the end."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield proc, port
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_redis_stopped_mid_run_still_answers(make_settings, own_redis, caplog):
+    from service.app import create_app
+
+    proc, port = own_redis
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{port}/0", redis_retry_s=0.2)
+    payload = {"query": QUERY, "top_k": 3, "shortlist": 3, "frames": 5}
+    with live_server(create_app(settings)) as http:
+        first = http.post("/search", json=payload).json()
+        assert first["cache"]["misses"] == 15 and first["cache"]["errors"] == 0
+        warm = http.post("/search", json=payload).json()
+        assert warm["cache"]["hits"] == 15
+        proc.kill()  # Redis dies while the service runs
+        proc.wait(10)
+        with caplog.at_level("WARNING", logger="service.cache"):
+            r = http.post("/search", json=payload)
+        assert r.status_code == 200
+        down = r.json()
+        assert down["cache"]["decoded_frames"] == 15 and down["cache"]["errors"] >= 1
+        assert [x["score"] for x in down["results"]] == [x["score"] for x in first["results"]]
+        assert any("Redis frame cache" in rec.message for rec in caplog.records)
+        time.sleep(0.25)  # past the retry window: Redis is tried again, fails again, still answers
+        assert http.post("/search", json=payload).status_code == 200
+        metrics = http.get("/metrics").text
+        errors = float(
+            next(
+                line.split()[1]
+                for line in metrics.splitlines()
+                if line.startswith("qaslr_redis_errors_total")
+            )
+        )
+        assert errors >= 2
+
+
+def test_unreachable_redis_at_startup(make_settings):
+    from service.app import create_app
+
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    with live_server(create_app(settings)) as http:
+        r = http.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2, "frames": 4})
+        assert r.status_code == 200 and r.json()["cache"]["decoded_frames"] == 8
+        assert "qaslr_redis_errors_total 0.0" not in http.get("/metrics").text
