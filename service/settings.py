@@ -17,7 +17,9 @@ DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"  # same as models.backbone (kept
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="QASLR_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="QASLR_", extra="ignore", populate_by_name=True, env_ignore_empty=True
+    )
 
     # -- what to load ---------------------------------------------------------------------------
     index: Path | None = Field(None, description="index directory written by `indexer build` (required)")
@@ -44,6 +46,7 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None,
         validation_alias=AliasChoices("REDIS_URL", "QASLR_REDIS_URL", "redis_url"),
+        repr=False,  # may carry a password
         description="redis://host:port/db; unset = in-process LRU cache",
     )
     cache_ttl_s: int = Field(24 * 3600, ge=1, description="TTL of a cached frame in Redis")

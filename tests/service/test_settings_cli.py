@@ -1,0 +1,111 @@
+"""Settings from the environment, `.env.example` coverage, the pure scoring helpers, and
+`qaslr serve` as users run it (a subprocess on a free port)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.service.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_settings_from_env(monkeypatch):
+    from service.settings import Settings
+
+    monkeypatch.setenv("QASLR_API_KEYS", "k1, k2,")
+    monkeypatch.setenv("REDIS_URL", "redis://:secret@cache:6379/2")
+    monkeypatch.setenv("QASLR_HEAD", "")  # empty = unset, not the current directory
+    monkeypatch.setenv("QASLR_QUEUE_SIZE", "3")
+    s = Settings()
+    assert s.api_keys == ["k1", "k2"] and s.redis_url.endswith("/2") and s.head is None and s.queue_size == 3
+    assert "secret" not in repr(s) and "k1" not in repr(s)
+    assert Settings(queue_size=5).queue_size == 5  # explicit values (CLI flags) win
+    with pytest.raises(ValueError):
+        Settings(default_frames=64, max_frames=32)
+
+
+def test_env_example_documents_every_setting():
+    from service.settings import Settings
+
+    names = set()
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            names.add(line.split("=", 1)[0].strip())
+    expected = {f"QASLR_{f.upper()}" for f in Settings.model_fields if f != "redis_url"} | {"REDIS_URL"}
+    assert names == expected
+
+
+def test_best_moment_helpers():
+    from service.searcher import best_step, best_window, frame_span
+
+    # the largest gain is step 3 (0.1 -> 0.5), not the largest score (step 4)
+    assert best_step(np.array([0.0, 0.1, 0.5, 0.55]), baseline=0.0) == 2
+    assert best_step(np.array([0.9, 0.1]), baseline=0.0) == 0
+    assert frame_span([24, 30], fps=12.0, duration=10.0) == (2.0, 31 / 12)
+    assert frame_span([119], fps=12.0, duration=10.0) == (119 / 12, 10.0)
+    start, end = best_window(
+        np.array([0, 12, 24, 36, 48]), np.array([0.1, 0.9, 0.8, 0.1, 0.2]), 2, 12.0, None
+    )
+    assert (start, end) == (1.0, 25 / 12)
+
+
+def test_qaslr_serve_cli(qaslr_index, tiny_checkpoint, tiny_head):
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "QASLR_INDEX": str(qaslr_index)}
+    env.pop("REDIS_URL", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "qaslr.cli",
+        "serve",
+        "--model",
+        str(tiny_checkpoint),
+        "--head",
+        str(tiny_head),
+    ]
+    cmd += ["--port", str(port), "--api-key", "cli-key", "--max-frames", "8", "--default-frames", "4"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            while True:
+                assert proc.poll() is None, proc.stdout.read()[-3000:]
+                assert time.monotonic() < deadline, "qaslr serve did not become ready"
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+            r = client.post("/search", json={"query": "a block"}, headers={"X-API-Key": "cli-key"})
+            assert r.status_code == 200 and r.json()["frames"] == 4
+            r = client.post(
+                "/search", json={"query": "a block", "frames": 9}, headers={"X-API-Key": "cli-key"}
+            )
+            assert r.status_code == 422 and r.json()["error"]["field"] == "frames"
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert "RANDOM WEIGHTS" in out  # the plain warning that rankings are meaningless
+
+
+def test_qaslr_serve_without_index_is_a_usage_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QASLR_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "qaslr.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "--index" in done.stdout
