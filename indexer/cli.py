@@ -77,6 +77,13 @@ def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
         "--dtype", default=None, help="model dtype: float32, bfloat16, float16 (default: by device)"
     )
     if build:
+        g.add_argument(
+            "--embed-dim",
+            type=int,
+            default=None,
+            metavar="d",
+            help="Matryoshka-truncate embeddings to d dimensions (default: the backbone's full size)",
+        )
         g.add_argument("--instruction", default=None, help="embedding instruction (system prompt) for videos")
         g.add_argument(
             "--frames",
@@ -242,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 # -- commands --------------------------------------------------------------------------------------
 
 
-def _load_models(args, *, model: str, head_dir: str | None):
+def _load_models(args, *, model: str, head_dir: str | None, embed_dim: int | None = None):
     """Backbone (+ head) -> (backbone, head or None, head fingerprint or 'oneshot')."""
     import torch
 
@@ -250,7 +257,7 @@ def _load_models(args, *, model: str, head_dir: str | None):
     from models.head import head_fingerprint, load_head
 
     torch.manual_seed(args.seed)
-    backbone = load_backbone(model, device=args.device, dtype=args.dtype)
+    backbone = load_backbone(model, device=args.device, dtype=args.dtype, embed_dim=embed_dim)
     if backbone.random_weights:
         logger.warning(
             "the backbone %s has RANDOM weights (a generated test checkpoint): the index will work, "
@@ -283,7 +290,7 @@ def run_build(args) -> int:
     model = args.model or DEFAULT_MODEL_ID
     try:
         backbone, head, head_fp = _load_models(
-            args, model=model, head_dir=args.head if embedder == "qaslr" else None
+            args, model=model, head_dir=args.head if embedder == "qaslr" else None, embed_dim=args.embed_dim
         )
     except (BackboneNotFoundError, FileNotFoundError, ValueError) as exc:
         return _usage(str(exc))
@@ -330,7 +337,10 @@ def run_add(args) -> int:
     model = args.model or manifest.backbone_id
     try:
         backbone, head, head_fp = _load_models(
-            args, model=model, head_dir=args.head if manifest.embedder == "qaslr" else None
+            args,
+            model=model,
+            head_dir=args.head if manifest.embedder == "qaslr" else None,
+            embed_dim=manifest.embed_dim,
         )
     except (BackboneNotFoundError, FileNotFoundError, ValueError) as exc:
         return _usage(str(exc))
@@ -360,7 +370,11 @@ def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
         max_evidence=m.max_evidence,
         clip_batch_size=args.clip_batch,
     )
-    encoder = VideoEncoder(backbone, head, config=config, instruction=m.instruction)
+    try:
+        encoder = VideoEncoder(backbone, head, config=config, instruction=m.instruction)
+    except ValueError as exc:  # head and backbone sizes disagree
+        writer.close()
+        return _usage(str(exc))
     options = BuildOptions(
         batch_videos=args.batch_videos,
         workers=args.workers,

@@ -341,7 +341,7 @@ class IndexWriter:
             existing = read_manifest(directory)
             _require_same_settings(existing, manifest)
             return cls.open(directory)
-        if any(p.name not in (BANK_DIR,) and not p.name.startswith(".") for p in directory.iterdir()):
+        if not _only_leftovers_of_a_new_index(directory):
             raise IndexFormatError(
                 f"{directory} is not empty and has no {MANIFEST}; refusing to write an index into it"
             )
@@ -590,6 +590,26 @@ class IndexWriter:
         for f in (self.directory / BANK_DIR).glob("bank-*.npy"):
             if f"{BANK_DIR}/{f.name}" not in used:
                 f.unlink(missing_ok=True)
+
+
+def _only_leftovers_of_a_new_index(directory: Path) -> bool:
+    """True for an empty directory, or one left by a crash inside :meth:`IndexWriter.create` before
+    its manifest was written (only our own files, and a metadata store without videos)."""
+    names = {p.name for p in directory.iterdir() if not p.name.startswith(".")}
+    if not names <= {BANK_DIR, METADATA, FAISS_FILE}:
+        return False
+    if METADATA in names:
+        try:
+            conn = sqlite3.connect(f"file:{directory / METADATA}?mode=ro", uri=True)
+            try:
+                (n,) = conn.execute("SELECT COUNT(*) FROM videos").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:
+            return False
+        if n:
+            return False
+    return True
 
 
 def _require_same_settings(existing: Manifest, wanted: Manifest) -> None:

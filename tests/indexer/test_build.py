@@ -320,3 +320,31 @@ def test_usage_errors(tmp_path, tiny_checkpoint, sample_videos, capsys):
         "--faiss-factory",
     ):
         assert flag in help_text
+
+
+def test_matryoshka_embed_dim(sample_videos, tiny_checkpoint, tiny_head, tmp_path, capsys):
+    index = tmp_path / "idx"
+    args = ["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*args, "--embed-dim", "32"]) == 0
+    with IndexReader(index) as r:
+        assert r.manifest.embed_dim == 32 and r.frame_bank("a.mp4").embeddings.shape[1] == 32
+        assert np.linalg.norm(r.embedding("a.mp4")) == pytest.approx(1.0, abs=1e-5)
+    # a 64-d head cannot serve a 32-d index
+    assert (
+        main(
+            [
+                *args[:2],
+                "--index",
+                str(tmp_path / "j"),
+                "--model",
+                str(tiny_checkpoint),
+                "--head",
+                str(tiny_head),
+                "--embed-dim",
+                "32",
+                *COMMON,
+            ]
+        )
+        == 2
+    )
+    assert "embeds to d=64" in capsys.readouterr().err

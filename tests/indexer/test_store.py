@@ -169,6 +169,12 @@ def test_resume_requires_same_settings(tmp_path):
         IndexMismatchError, match="backbone_fingerprint: index has 'bb01', this build has 'other'"
     ):
         IndexWriter.create(tmp_path / "idx", _manifest(backbone_fingerprint="other"))
+    # a crash inside create() before the manifest was written leaves only our own empty files
+    with IndexWriter.create(tmp_path / "early", _manifest()):
+        pass
+    (tmp_path / "early" / "manifest.json").unlink()
+    with IndexWriter.create(tmp_path / "early", _manifest()) as w:
+        assert w.finished() == {}
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "file.txt").write_text("x")
     with pytest.raises(IndexFormatError, match="not empty"):
