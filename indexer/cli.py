@@ -13,6 +13,11 @@ Examples:
 
 A build that is interrupted (Ctrl-C, kill -9, power loss) resumes where it stopped when the same
 command is run again: finished videos are skipped and the result equals an uninterrupted build.
+
+Exit status: 0 success (videos that could not be indexed are recorded, see `indexer stats`); 1 with
+--fail-on-error when any video failed, when `verify` finds problems, or when `remove` is given unknown
+ids; 2 usage errors (bad SOURCE, model not found, settings that do not match the index); 3 the index
+could not be written (disk full, permissions): committed videos are kept; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import argparse
 import json
 import logging
 import os
+import sqlite3
 import sys
 import time
 
 logger = logging.getLogger("indexer")
 
-EXIT_OK, EXIT_FAILURES, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 
 
 def _env(name: str, default=None):
@@ -244,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
             "\ninterrupted: committed videos are kept; run the same command again to resume", file=sys.stderr
         )
         return 130
+    except (OSError, sqlite3.DatabaseError) as exc:
+        print(
+            f"indexer: error: could not write the index: {exc}. Committed videos are kept; fix the cause and run "
+            "the same command again to resume.",
+            file=sys.stderr,
+        )
+        return EXIT_IO
 
 
 # -- commands --------------------------------------------------------------------------------------

@@ -257,6 +257,7 @@ class Builder:
             on_plan(pending)
         crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
         last_checkpoint = time.perf_counter()
+        checkpoint_every = opts.checkpoint_every_s
         committed = 0
 
         decode_kwargs = dict(
@@ -289,9 +290,12 @@ class Builder:
                     entries = self._process(decoded, stats)
                     t = time.perf_counter()
                     self.writer.commit(entries)
-                    if time.perf_counter() - last_checkpoint > opts.checkpoint_every_s:
+                    if time.perf_counter() - last_checkpoint > checkpoint_every:
+                        c = time.perf_counter()
                         self.writer.checkpoint()
                         last_checkpoint = time.perf_counter()
+                        # big indexes take long to serialise: keep checkpoints under ~10% of the time
+                        checkpoint_every = max(opts.checkpoint_every_s, 10 * (last_checkpoint - c))
                     stats.seconds["write"] += time.perf_counter() - t
                     committed += 1
                     if crash_after and committed >= crash_after:

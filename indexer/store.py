@@ -224,7 +224,11 @@ def make_faiss_index(factory: str, dim: int, embeddings: np.ndarray, ids: np.nda
             factory = "IDMap2,Flat"
             index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         else:
-            index.train(np.ascontiguousarray(embeddings, dtype=np.float32))
+            train = np.ascontiguousarray(embeddings, dtype=np.float32)
+            if len(train) > nlist * 256:  # FAISS's own cap on useful training points; fixed seed
+                pick = np.sort(np.random.default_rng(0).choice(len(train), nlist * 256, replace=False))
+                train = train[pick]
+            index.train(train)
     if len(embeddings):
         index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), ids.astype(np.int64))
     return index, factory
@@ -685,7 +689,8 @@ class IndexReader:
             )
             vecs = np.stack([self.embedding(self._by_faiss[f]) for f in missing])
             self._index.add_with_ids(vecs, np.asarray(missing, dtype=np.int64))
-        self._ivf = _ivf_nlist(self._index) > 0
+        self._nlist = _ivf_nlist(self._index)
+        self._ivf = self._nlist > 0
 
     def __len__(self) -> int:
         return len(self._by_faiss)
@@ -757,7 +762,7 @@ class IndexReader:
         return results
 
     def _nprobe(self) -> int:
-        return max(1, min(64, _ivf_nlist(self._index) // 8))
+        return max(1, min(64, self._nlist // 8))
 
     def video(self, video_id: str) -> VideoRecord | None:
         return self._records.get(video_id)

@@ -348,3 +348,36 @@ def test_matryoshka_embed_dim(sample_videos, tiny_checkpoint, tiny_head, tmp_pat
         == 2
     )
     assert "embeds to d=64" in capsys.readouterr().err
+
+
+def test_write_failure_keeps_committed_videos(sample_videos, tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    from indexer.store import IndexWriter
+
+    real, calls = IndexWriter.commit, []
+
+    def commit(self, entries):
+        calls.append(len(entries))
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(self, entries)
+
+    monkeypatch.setattr(IndexWriter, "commit", commit)
+    index = tmp_path / "idx"
+    args = [
+        "build",
+        str(sample_videos),
+        "--index",
+        str(index),
+        "--model",
+        str(tiny_checkpoint),
+        "--batch-videos",
+        "1",
+    ]
+    assert main([*args, *COMMON]) == 3
+    assert "No space left on device" in capsys.readouterr().err
+    with IndexReader(index) as r:
+        assert len(r) == 2
+    monkeypatch.setattr(IndexWriter, "commit", real)
+    assert main([*args, *COMMON]) == 0
+    assert "2 indexed, 2 skipped" in capsys.readouterr().out
+    assert verify_index(index).ok

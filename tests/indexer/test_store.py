@@ -1,6 +1,7 @@
 """The index directory format: writer commits, reader API, crash leftovers, filters, mismatch."""
 
 import json
+import sqlite3
 
 import numpy as np
 import pytest
@@ -222,3 +223,44 @@ def test_trained_factory_and_fallback(tmp_path):
         w.commit(entries[:10])
         w.finalize()  # too few vectors to train 64 lists: exact search, recorded in the manifest
     assert IndexReader(tmp_path / "small").manifest.faiss_factory == "IDMap2,Flat"
+
+
+class _FailingConnection:
+    """Delegates to a real SQLite connection but fails the videos insert, like a crash at the commit."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def __enter__(self):
+        return self._conn.__enter__()
+
+    def __exit__(self, *exc):
+        return self._conn.__exit__(*exc)
+
+    def executemany(self, sql, rows):
+        if "INTO videos" in sql:
+            raise sqlite3.OperationalError("disk I/O error (simulated)")
+        return self._conn.executemany(sql, rows)
+
+
+def test_failed_commit_leaves_previous_state(tmp_path):
+    directory = tmp_path / "idx"
+    w = IndexWriter.create(directory, _manifest())
+    w.commit([_entry(0), _entry(1)])
+    w.conn = _FailingConnection(w.conn)
+    with pytest.raises(sqlite3.OperationalError):
+        w.commit([_entry(2), _entry(3)])
+    assert len(list((directory / "bank").glob("*.npy"))) == 2  # the second bank file is an orphan
+    w.conn = w.conn._conn
+    w.conn.close()
+    with IndexReader(directory) as r:
+        assert {v.id for v in r.videos()} == {"v0", "v1"} and r.manifest.counts["indexed"] == 2
+    with IndexWriter.open(directory) as w2:  # the orphan is collected; the batch can be redone
+        assert len(list((directory / "bank").glob("*.npy"))) == 1
+        w2.commit([_entry(2), _entry(3)])
+    with IndexReader(directory) as r:
+        assert len(r) == 4
+        np.testing.assert_array_equal(r.frame_bank("v3").embeddings, _entry(3).bank_embeddings)
