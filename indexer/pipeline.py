@@ -65,7 +65,8 @@ def discover(source: str | os.PathLike) -> list[SourceItem]:
     """A folder (recursive, by extension; id = path relative to the folder) or a JSONL manifest
     (one object per line with ``path``, optional ``id`` (default: the path as written) and
     ``metadata``; relative paths are relative to the manifest's folder). Order is stable."""
-    source = Path(source)
+    # stored paths are absolute: the search service decodes stage-2 frames from them
+    source = Path(os.path.abspath(Path(source).expanduser()))
     if source.is_dir():
         return [SourceItem(p.relative_to(source).as_posix(), p, {}) for p in find_videos(source)]
     if not source.is_file():
@@ -194,7 +195,7 @@ def decode_video(
         out.candidates = np.searchsorted(union, cand)
     except VideoError as exc:
         out.error = str(exc)
-    except (OSError, MemoryError, ValueError, RuntimeError) as exc:  # unreadable file, decoder crash
+    except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
         out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     out.seconds = time.perf_counter() - start
     return out

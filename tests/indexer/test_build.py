@@ -252,7 +252,7 @@ def test_mismatch_refused(sample_videos, tiny_checkpoint, tiny_head, tmp_path, c
         assert len(r) == 4
 
 
-def test_jsonl_manifest_source(tmp_path, video_factory, tiny_checkpoint, capsys):
+def test_jsonl_manifest_source(tmp_path, video_factory, tiny_checkpoint, capsys, monkeypatch):
     video_factory(tmp_path / "media" / "x.mp4", num_frames=24, fps=12, seed=20)
     video_factory(tmp_path / "media" / "y.mp4", num_frames=24, fps=8, seed=21)
     lines = [
@@ -262,6 +262,8 @@ def test_jsonl_manifest_source(tmp_path, video_factory, tiny_checkpoint, capsys)
     ]
     manifest = tmp_path / "corpus.jsonl"
     manifest.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    monkeypatch.chdir(tmp_path)  # a relative manifest path: video paths resolve against its folder
+    manifest = manifest.relative_to(tmp_path)
     index = tmp_path / "idx"
     assert (
         main(["build", str(manifest), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
@@ -270,6 +272,7 @@ def test_jsonl_manifest_source(tmp_path, video_factory, tiny_checkpoint, capsys)
         assert {v.id for v in r.videos()} == {"vid-x", "vid-y"}
         assert r.video("vid-z").status == "failed" and r.video("vid-z").error == "file not found"
         assert r.video("vid-x").metadata == {"lang": "en", "year": 2020}
+        assert r.video("vid-x").path == str(tmp_path / "media" / "x.mp4")  # absolute, for stage 2
         assert r.filter_ids({"lang": "fr"}) == {"vid-y"}
         assert r.filter_ids({"year": {"gte": 2021}}) == {"vid-y"}
 
