@@ -23,6 +23,7 @@ could not be written (disk full, permissions): committed videos are kept; 130 in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -250,13 +251,6 @@ def main(argv: list[str] | None = None) -> int:
             "\ninterrupted: committed videos are kept; run the same command again to resume", file=sys.stderr
         )
         return 130
-    except (OSError, sqlite3.DatabaseError) as exc:
-        print(
-            f"indexer: error: could not write the index: {exc}. Committed videos are kept; fix the cause and run "
-            "the same command again to resume.",
-            file=sys.stderr,
-        )
-        return EXIT_IO
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -414,10 +408,18 @@ def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
 
     try:
         stats = Builder(writer, encoder, options=options).run(items, progress=progress, on_plan=on_plan)
+    except (OSError, sqlite3.DatabaseError) as exc:
+        print(
+            f"indexer: error: could not write the index: {exc}. Committed videos are kept; fix the cause and run "
+            "the same command again to resume.",
+            file=sys.stderr,
+        )
+        return EXIT_IO
     finally:
         if bar is not None:
             bar.close()
-        writer.close()
+        with contextlib.suppress(OSError, sqlite3.DatabaseError):
+            writer.close()
     print(stats.summary())
     print(
         f"index: {writer.directory} ({writer.manifest.counts['indexed']} indexed, {writer.manifest.counts['failed']} failed in total; FAISS {writer.manifest.faiss_factory})"

@@ -668,6 +668,11 @@ class IndexReader:
             if rec.status == "indexed":
                 self._banks[rec.id] = (row[12], int(row[13]), int(row[14]))
         self._by_faiss = {r.faiss_id: r.id for r in self._records.values() if r.status == "indexed"}
+        # the metadata store is authoritative (the manifest may lag it by one interrupted commit)
+        self.manifest.counts = {
+            "indexed": len(self._by_faiss),
+            "failed": sum(r.status == "failed" for r in self._records.values()),
+        }
         self._memmaps: dict[str, np.ndarray] = {}
 
         path = self.directory / FAISS_FILE

@@ -384,3 +384,44 @@ def test_write_failure_keeps_committed_videos(sample_videos, tiny_checkpoint, tm
     assert main([*args, *COMMON]) == 0
     assert "2 indexed, 2 skipped" in capsys.readouterr().out
     assert verify_index(index).ok
+
+
+def test_kill_9_mid_build_then_resume(corpus, tiny_checkpoint, tmp_path):
+    """A real SIGKILL at whatever point the build has reached after its second commit."""
+    import signal
+    import time
+
+    killed = tmp_path / "killed"
+    cmd = [
+        "build",
+        str(corpus),
+        "--index",
+        str(killed),
+        "--model",
+        str(tiny_checkpoint),
+        "--batch-videos",
+        "1",
+    ]
+    code = "import sys; from indexer.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *cmd, *COMMON],
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if len(list((killed / "bank").glob("bank-*.npy"))) >= 2:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait(timeout=60)
+    if proc.returncode != -signal.SIGKILL:
+        pytest.skip(f"the build ended (status {proc.returncode}) before it could be killed")
+    report = verify_index(killed)
+    assert report.ok, report.errors
+    assert main([*cmd, *COMMON]) == 0  # resume
+    clean = tmp_path / "clean"
+    assert main([*cmd[:3], str(clean), *cmd[4:], *COMMON]) == 0
+    assert _snapshot(killed) == _snapshot(clean)
+    assert verify_index(killed).ok
