@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -194,11 +195,19 @@ def decode_video(
         out.uniform = np.searchsorted(union, uniform)
         out.candidates = np.searchsorted(union, cand)
     except VideoError as exc:
-        out.error = str(exc)
+        out.error = clean_reason(str(exc))
     except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
         out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     out.seconds = time.perf_counter() - start
     return out
+
+
+_DECORD_NOISE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")  # "[07:32:08] /src/video/video_reader.cc:151: "
+
+
+def clean_reason(reason: str) -> str:
+    """Failure reasons are stored and compared across runs: drop decord's clock time and source location."""
+    return _DECORD_NOISE.sub("", reason).strip()
 
 
 def plan_batches(items: Sequence[SourceItem], done: set[str], batch_videos: int) -> list[list[SourceItem]]:

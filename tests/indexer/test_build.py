@@ -39,13 +39,16 @@ def corpus(tmp_path_factory, video_factory):
     mp4 = (root / "long.mp4").read_bytes()
     (root / "truncated.mp4").write_bytes(mp4[: len(mp4) // 2])  # no moov atom: cannot be opened
     (root / "notes.mp4").write_text("this is not a video\n" * 50)
+    mkv = video_factory(root.parent / "x.mkv", num_frames=24, fps=24, seed=7).read_bytes()
+    assert b"V_MPEG4/ISO/ASP" in mkv
+    (root / "unknown_codec.mkv").write_bytes(mkv.replace(b"V_MPEG4/ISO/ASP", b"V_QQQQQ/ISO/ASP"))
     (root / "empty.mkv").write_bytes(b"")
     (root / "readme.txt").write_text("ignored: not a video extension")
     return root
 
 
 GOOD = {"long.mp4", "slow.mp4", "nested/wide.avi", "short.mp4", "tiny16.mp4", "truncated.avi"}
-BAD = {"truncated.mp4", "notes.mp4", "empty.mkv"}
+BAD = {"truncated.mp4", "notes.mp4", "empty.mkv", "unknown_codec.mkv"}
 
 
 def _snapshot(directory):
@@ -71,7 +74,7 @@ def test_build_stats_verify_oneshot(corpus, tiny_checkpoint, tmp_path, capsys):
     index = tmp_path / "idx"
     assert main(["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
     out = capsys.readouterr().out
-    assert "6 indexed" in out and "3 failed" in out and "time: wall" in out
+    assert "6 indexed" in out and "4 failed" in out and "time: wall" in out
 
     with IndexReader(index) as r:
         assert {v.id for v in r.videos()} == GOOD
@@ -79,6 +82,10 @@ def test_build_stats_verify_oneshot(corpus, tiny_checkpoint, tmp_path, capsys):
         assert set(failed) == BAD
         assert failed["empty.mkv"] == "empty file (0 bytes)"
         assert "cannot open as video" in failed["notes.mp4"]
+        assert (
+            "cannot open as video" in failed["unknown_codec.mkv"]
+            and ".cc:" not in failed["unknown_codec.mkv"]
+        )
         m = r.manifest
         assert (m.embedder, m.head_fingerprint, m.max_frames, m.clip_len, m.embed_dim) == (
             "oneshot",
@@ -87,7 +94,7 @@ def test_build_stats_verify_oneshot(corpus, tiny_checkpoint, tmp_path, capsys):
             L,
             64,
         )
-        assert m.counts == {"indexed": 6, "failed": 3} and m.faiss_factory == "IDMap2,Flat"
+        assert m.counts == {"indexed": 6, "failed": 4} and m.faiss_factory == "IDMap2,Flat"
         for vid in GOOD:
             v = r.video(vid)
             bank = r.frame_bank(vid)
@@ -105,14 +112,14 @@ def test_build_stats_verify_oneshot(corpus, tiny_checkpoint, tmp_path, capsys):
 
     assert main(["stats", "--index", str(index), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
-    assert stats["indexed"] == 6 and stats["failed"] == 3 and stats["bank_frames"] > 0
+    assert stats["indexed"] == 6 and stats["failed"] == 4 and stats["bank_frames"] > 0
     assert main(["verify", "--index", str(index), "--check-sources"]) == 0
     assert capsys.readouterr().out.startswith("OK")
 
     # a second run skips everything; --fail-on-error reflects the recorded failures
     args = ["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
     assert main([*args, "--fail-on-error"]) == 1
-    assert "0 indexed, 9 skipped" in capsys.readouterr().out
+    assert "0 indexed, 10 skipped" in capsys.readouterr().out
 
     # verify notices damage
     bank_file = next((index / "bank").glob("*.npy"))
