@@ -26,7 +26,7 @@ class Engine:
     info: dict = field(default_factory=dict)
 
     def close(self) -> None:
-        for thing in (self.cache, self.index):
+        for thing in (self.searcher, self.cache, self.index):
             close = getattr(thing, "close", None)
             if close is not None:
                 try:

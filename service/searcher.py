@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from indexer.video import VideoError, decode_frames
 from models.selection import query_aware_positions
 from models.streaming import FrameSet, VideoEncoder
 from service.cache import FrameCache, frame_key
@@ -67,6 +69,7 @@ class SearcherConfig:
     max_top_k: int = 100
     max_shortlist: int = 200
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
+    decode_workers: int = 4  # threads decoding cache misses, one video each
 
     @classmethod
     def from_settings(cls, settings) -> SearcherConfig:
@@ -76,6 +79,7 @@ class SearcherConfig:
             max_frames=settings.max_frames,
             temperature=settings.selection_temperature,
             seed=settings.selection_seed,
+            decode_workers=settings.decode_workers,
         )
 
 
@@ -183,6 +187,7 @@ class Searcher:
             )
         self.decoded_frames = 0  # total frames decoded from video files (cache misses served)
         self._z0: torch.Tensor | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- request handling ------------------------------------------------------------------------
     def resolve(self, request) -> SearchParams:
@@ -347,45 +352,67 @@ class Searcher:
         return reranked + [h for h in hits if not h.reranked]
 
     def _frames(self, selections, result: SearchResult) -> list[np.ndarray | None]:
-        """Decoded frames of every selection via the cache: one batched cache read, then one
-        decode per video for its misses, then one batched cache write."""
-        from indexer.video import VideoError, decode_frames
-
+        """Decoded frames of every selection via the cache: one batched cache read, the misses of
+        each video decoded in a small thread pool (decord releases the GIL), one batched write."""
         size = self.frame_size
         keys_per = [
             [frame_key(hit.record.fingerprint, i, size) for i in indices] for hit, indices, _, _ in selections
         ]
         errors_before = self.cache.errors
         cached = self.cache.get_many([k for keys in keys_per for k in keys])
-        out: list[np.ndarray | None] = []
-        fresh: dict[str, np.ndarray] = {}
+        per_video: list[list[np.ndarray | None]] = []
+        jobs: list[tuple[int, list[int]]] = []  # (selection, positions that missed)
         offset = 0
-        for (hit, indices, _, _), keys in zip(selections, keys_per, strict=True):
+        for s, keys in enumerate(keys_per):
             got = cached[offset : offset + len(keys)]
             offset += len(keys)
+            per_video.append(got)
             missing = [j for j, frame in enumerate(got) if frame is None]
             result.cache_hits += len(keys) - len(missing)
             result.cache_misses += len(missing)
             if missing:
-                try:
-                    frames = decode_frames(hit.record.path, indices[missing], size=size)
-                except (VideoError, OSError) as exc:
-                    logger.warning("stage 2 skipped for %s: %s", hit.video_id, exc)
-                    result.warnings.append(
-                        f"{hit.video_id}: frames could not be decoded; kept its stage-1 rank"
-                    )
-                    out.append(None)
-                    continue
-                self.decoded_frames += len(missing)
-                result.decoded_frames += len(missing)
-                for j, frame in zip(missing, frames, strict=True):
-                    got[j] = frame
-                    fresh[keys[j]] = frame
-            out.append(np.stack(got))  # [K', H, W, 3]
+                jobs.append((s, missing))
+
+        def decode(job):
+            s, missing = job
+            hit, indices = selections[s][0], selections[s][1]
+            try:
+                return decode_frames(hit.record.path, indices[missing], size=size)
+            except (VideoError, OSError) as exc:
+                return exc
+
+        if len(jobs) > 1 and self.config.decode_workers > 1:
+            decoded = list(self._decode_pool().map(decode, jobs))
+        else:
+            decoded = [decode(job) for job in jobs]
+        failed: set[int] = set()
+        fresh: dict[str, np.ndarray] = {}
+        for (s, missing), frames in zip(jobs, decoded, strict=True):
+            hit = selections[s][0]
+            if isinstance(frames, Exception):
+                logger.warning("stage 2 skipped for %s: %s", hit.video_id, frames)
+                result.warnings.append(f"{hit.video_id}: frames could not be decoded; kept its stage-1 rank")
+                failed.add(s)
+                continue
+            self.decoded_frames += len(missing)
+            result.decoded_frames += len(missing)
+            for j, frame in zip(missing, frames, strict=True):
+                per_video[s][j] = frame
+                fresh[keys_per[s][j]] = frame
         if fresh:
             self.cache.set_many(fresh)
         result.cache_errors += self.cache.errors - errors_before
-        return out
+        return [None if s in failed else np.stack(got) for s, got in enumerate(per_video)]  # [K', H, W, 3]
+
+    def _decode_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.decode_workers, thread_name_prefix="qaslr-decode")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     # -- evidence helpers ------------------------------------------------------------------------
     def _indexed_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:

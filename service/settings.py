@@ -67,6 +67,7 @@ class Settings(BaseSettings):
     max_frames: int = Field(128, ge=1, description="upper bound on a request's K' (paper K <= 128)")
     selection_temperature: float = Field(0.8, gt=0, description="Q-Frame softmax temperature")
     selection_seed: int = Field(0, description="default Gumbel seed of query-aware selection")
+    decode_workers: int = Field(4, ge=1, le=64, description="threads decoding cache misses (one video each)")
     clip_batch_size: int = Field(
         8, ge=1, description="clips per backbone forward pass (shared by candidates)"
     )

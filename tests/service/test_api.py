@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -350,3 +351,24 @@ def test_openapi_documents_the_surface(server):
     req = spec["components"]["schemas"]["SearchRequest"]
     assert req["examples"][0]["query"] and req["properties"]["query"]["maxLength"] == 1000
     assert "429" in spec["paths"]["/search"]["post"]["responses"]
+
+
+def test_candidate_whose_file_vanished_keeps_its_stage1_rank(make_settings, qaslr_index, tmp_path):
+    """A source file moved after indexing: stage 2 skips that candidate, says so, and still answers."""
+    import sqlite3
+
+    from service.app import create_app
+
+    copy = shutil.copytree(qaslr_index, tmp_path / "index")
+    with sqlite3.connect(copy / "meta.sqlite") as conn:
+        conn.execute("UPDATE videos SET path = ? WHERE id = 'vid2'", (str(tmp_path / "moved.mp4"),))
+    with live_server(create_app(make_settings(index=copy))) as client:
+        r = client.post("/search", json={"query": QUERY, "top_k": 8, "shortlist": 8})
+        assert r.status_code == 200
+        body = r.json()
+    assert [x["video_id"] for x in body["results"]][-1] == "vid2"
+    last = body["results"][-1]
+    assert not last["reranked"] and last["score"] == last["stage1_score"]
+    assert all(x["reranked"] for x in body["results"][:-1])
+    assert any("vid2" in w for w in body["warnings"])
+    _no_internals(json.dumps(body["warnings"]))

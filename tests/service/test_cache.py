@@ -159,3 +159,20 @@ def test_unreachable_redis_at_startup(make_settings):
         r = http.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2, "frames": 4})
         assert r.status_code == 200 and r.json()["cache"]["decoded_frames"] == 8
         assert "qaslr_redis_errors_total 0.0" not in http.get("/metrics").text
+
+
+def test_redis_dying_between_read_and_write_of_one_request(own_redis):
+    """The read succeeded, Redis dies, the write of the decoded frames fails: no exception, counted."""
+    from service.cache import RedisFrameCache
+
+    proc, port = own_redis
+    seen = []
+    cache = RedisFrameCache(f"redis://127.0.0.1:{port}/0", ttl_s=60, retry_s=0.0, on_error=seen.append)
+    frame = np.zeros((4, 4, 3), np.uint8)
+    cache.set_many({"a": frame})
+    assert np.array_equal(cache.get_many(["a", "b"])[0], frame)
+    proc.kill()
+    proc.wait(10)
+    cache.set_many({"b": frame})  # must not raise
+    assert cache.errors == 1 and len(seen) == 1
+    assert cache.get_many(["a"]) == [None] and cache.errors == 2
