@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-checkpoint": ("models.cli", "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)"),
     "make-head": ("models.cli_head", "write a randomly initialised streaming head for a backbone"),
     "serve": ("service.cli", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
+    "demo": ("qaslr.demo", "the main job: generate sample videos, index them and serve search"),
 }
 
 
