@@ -510,9 +510,15 @@ class IndexWriter:
         self._write_manifest()
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        """Leave a consistent directory: FAISS synced with the metadata store and written, manifest counts."""
+        try:
+            self._sync_faiss()
             self.checkpoint()
-        self.conn.close()
+            self._write_manifest()
+        except Exception:  # noqa: BLE001 - the SQLite journal is intact; the next writer repairs the rest
+            logger.exception("could not write the FAISS checkpoint or manifest on close")
+        finally:
+            self.conn.close()
 
     def __enter__(self):
         return self
@@ -541,31 +547,63 @@ class IndexWriter:
         import faiss
 
         path = self.directory / FAISS_FILE
-        ids, vectors = self._stored_embeddings()
         index = None
         if path.exists():
             try:
                 index = faiss.read_index(str(path))
             except Exception as exc:  # corrupt file: it is derived data, rebuild it
                 logger.warning("%s unreadable (%s); rebuilding it from %s", path, exc, METADATA)
-        if index is not None and not np.array_equal(np.sort(faiss_ids(index)), ids):
-            logger.info("FAISS index lags the metadata store (crash recovery); rebuilding it")
-            index = None
-        if index is None:
-            # interim index while building: exact search; finalize() applies a trained factory
-            factory = self.manifest.faiss_factory
-            probe = faiss.index_factory(
-                self.manifest.embed_dim, normalize_factory(factory), faiss.METRIC_INNER_PRODUCT
+        if index is not None and index.d != self.manifest.embed_dim:
+            logger.warning(
+                "%s has dimension %d, expected %d; rebuilding it", path, index.d, self.manifest.embed_dim
             )
-            if not probe.is_trained:
-                factory = "IDMap2,Flat"
-            index, factory = make_faiss_index(factory, self.manifest.embed_dim, vectors, ids)
-            self._dirty = True
-            self._built_factory = factory
-        else:
+            index = None
+        if index is not None:
+            self._index = index
             self._built_factory = self.manifest.faiss_factory
-            self._dirty = False
+            self._sync_faiss()
+            return self._index
+        # interim index while building: exact search unless the factory needs no training;
+        # finalize() applies a trained factory
+        factory = self.manifest.faiss_factory
+        probe = faiss.index_factory(
+            self.manifest.embed_dim, normalize_factory(factory), faiss.METRIC_INNER_PRODUCT
+        )
+        if not probe.is_trained:
+            factory = "IDMap2,Flat"
+        ids, vectors = self._stored_embeddings()
+        index, self._built_factory = make_faiss_index(factory, self.manifest.embed_dim, vectors, ids)
+        self._dirty = True
         return index
+
+    def _sync_faiss(self) -> None:
+        """Make the in-memory FAISS index hold exactly the committed embeddings (after a crash or an
+        interrupt between the SQLite commit and the FAISS update): add the missing, drop the extra."""
+        stored = np.asarray(
+            [r[0] for r in self.conn.execute("SELECT faiss_id FROM videos WHERE status = 'indexed'")],
+            dtype=np.int64,
+        )
+        present = faiss_ids(self._index)
+        extra = np.setdiff1d(present, stored)
+        if len(extra):
+            logger.info("dropping %d FAISS vectors of videos no longer in %s", len(extra), METADATA)
+            self._remove_from_faiss(extra)
+            present = faiss_ids(self._index)
+        missing = np.setdiff1d(stored, present)
+        if len(missing):
+            logger.info("adding %d committed embeddings missing from %s", len(missing), FAISS_FILE)
+            self._index.add_with_ids(self._embeddings_for(missing), missing)
+            self._dirty = True
+
+    def _embeddings_for(self, fids: np.ndarray) -> np.ndarray:
+        rows = {}
+        for start in range(0, len(fids), 500):
+            chunk = [int(f) for f in fids[start : start + 500]]
+            query = f"SELECT faiss_id, embedding FROM videos WHERE faiss_id IN ({','.join('?' * len(chunk))})"
+            rows.update(
+                {int(f): np.frombuffer(b, dtype=np.float32) for f, b in self.conn.execute(query, chunk)}
+            )
+        return np.stack([rows[int(f)] for f in fids])
 
     def _remove_from_faiss(self, fids: np.ndarray) -> None:
         import faiss

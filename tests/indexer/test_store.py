@@ -6,6 +6,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from indexer.maintenance import verify_index
 from indexer.store import (
     FAISS_FILE,
     MANIFEST,
@@ -264,3 +265,18 @@ def test_failed_commit_leaves_previous_state(tmp_path):
     with IndexReader(directory) as r:
         assert len(r) == 4
         np.testing.assert_array_equal(r.frame_bank("v3").embeddings, _entry(3).bank_embeddings)
+
+
+def test_close_resyncs_faiss_after_an_interrupted_commit(tmp_path):
+    import faiss
+
+    from indexer.store import faiss_ids
+
+    w = IndexWriter.create(tmp_path / "idx", _manifest())
+    w.commit([_entry(0), _entry(1)])
+    # as if Ctrl-C hit after the SQLite commit but before the in-memory FAISS add
+    w._index.remove_ids(faiss.IDSelectorBatch(np.asarray([1], dtype=np.int64)))
+    w.close()
+    stored = faiss.read_index(str(tmp_path / "idx" / FAISS_FILE))
+    assert sorted(faiss_ids(stored).tolist()) == [0, 1]
+    assert verify_index(tmp_path / "idx").warnings == []
