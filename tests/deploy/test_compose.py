@@ -58,7 +58,8 @@ def _env_names(service: dict) -> set[str]:
 def _known_env_vars() -> set[str]:
     from service.settings import Settings
 
-    names = {f"QASLR_{name.upper()}" for name in Settings.model_fields}
+    # every field reads QASLR_<FIELD>, except redis_url, which reads the conventional REDIS_URL
+    names = {f"QASLR_{name.upper()}" for name in Settings.model_fields if name != "redis_url"}
     return names | {"REDIS_URL"}
 
 
@@ -104,14 +105,17 @@ def test_api_waits_for_redis_and_checks_readiness(compose):
 
 def test_mounts_are_read_only_where_they_should_be(compose):
     api = compose["services"]["api"]
-    mounts = {v.split(":")[1]: v for v in api["volumes"]}
+    mounts = {_substitute(v, {}).split(":")[1]: v for v in api["volumes"]}
     assert mounts["/videos"].endswith(":ro")
     assert mounts["/data/index"].endswith(":ro")
     assert "/cache/huggingface" in mounts and not mounts["/cache/huggingface"].endswith(":ro")
     # the index path the API reads lies on the index volume the indexer writes
     assert api["environment"]["QASLR_INDEX"].startswith("/data/index/")
     indexer = compose["services"]["indexer"]
-    assert any(v.split(":")[1] == "/data/index" and not v.endswith(":ro") for v in indexer["volumes"])
+    assert any(
+        _substitute(v, {}).split(":")[1] == "/data/index" and not v.endswith(":ro")
+        for v in indexer["volumes"]
+    )
     # HF_HOME in the images is the mounted model cache
     for dockerfile in ("deploy/Dockerfile.gpu", "deploy/Dockerfile.cpu"):
         assert "HF_HOME=/cache/huggingface" in (ROOT / dockerfile).read_text()
