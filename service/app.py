@@ -4,19 +4,20 @@
     app = create_app(settings, engine=e)  # reuse a loaded Engine (or pass a callable returning one)
 
 Routes: ``POST /search``, ``GET /videos/{id}``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
-and the OpenAPI docs at ``/docs``. ``serve(settings)`` runs the app under uvicorn.
+``POST /admin/reload-index`` (also on SIGHUP), and the OpenAPI docs at ``/docs``. ``serve(settings)`` runs the app under uvicorn.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from service.errors import RequestIdMiddleware, install_error_handlers
-from service.routers import health, search, videos
+from service.routers import admin, health, search, videos
 from service.settings import Settings
 from service.state import AppState
 
@@ -68,9 +69,12 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         state.start()
+        hup = _install_sighup(state)
         try:
             yield
         finally:
+            if hup is not None:
+                hup()
             state.shutdown()
 
     app = FastAPI(
@@ -86,7 +90,33 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(videos.router)
+    app.include_router(admin.router)
     return app
+
+
+def _install_sighup(state: AppState):
+    """SIGHUP = reload the index (zero-downtime upgrades, deploy/README.md). Only possible when the
+    app runs on the main thread's event loop (as under `qaslr serve`); returns an uninstaller."""
+    import asyncio
+    import signal
+
+    def on_hup() -> None:
+        def reload() -> None:
+            try:
+                info = state.reload_index()
+                logger.info("SIGHUP: now serving index %s", info)
+            except Exception:
+                logger.exception("SIGHUP: index reload refused; still serving the previous index")
+
+        threading.Thread(target=reload, name="qaslr-reload", daemon=True).start()
+
+    try:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    except (RuntimeError, ValueError, NotImplementedError, AttributeError):
+        logger.debug("SIGHUP reload not installed (not on the main thread)")
+        return None
+    return lambda: loop.remove_signal_handler(signal.SIGHUP)
 
 
 def serve(settings: Settings | None = None, *, engine=None) -> None:

@@ -24,6 +24,67 @@ class Engine:
     searcher: object  # service.searcher.Searcher
     random_weights: bool = False
     info: dict = field(default_factory=dict)
+    head_fingerprint: str = "oneshot"
+
+    def swap_index(self, directory: Path | str | None = None, *, retire_after_s: float = 60.0) -> dict:
+        """Open ``directory`` (default: the configured index path, re-resolved, so a moved symlink is
+        followed), check it against the loaded backbone and head, and make it the index new searches
+        use. The Searcher is replaced by one attribute assignment: a search that already holds the
+        old Searcher finishes on the old index, which is closed ``retire_after_s`` later (after any
+        request deadline). An incompatible or broken index raises and changes nothing."""
+        import threading
+
+        from indexer.store import IndexReader
+        from models.streaming import StreamingConfig, VideoEncoder
+        from service.searcher import Searcher
+
+        path = Path(directory or self.settings.index).resolve()
+        new_index = IndexReader(path)
+        try:
+            m = new_index.manifest
+            backbone = self.encoder.backbone
+            new_index.check_compatible(
+                backbone_fingerprint=backbone.fingerprint, head_fingerprint=self.head_fingerprint
+            )
+            if m.embed_dim != backbone.embed_dim:
+                raise ConfigurationError(
+                    f"the new index embeds to {m.embed_dim}, the backbone to {backbone.embed_dim}"
+                )
+            encoder = self.encoder
+            config = StreamingConfig(
+                max_frames=m.max_frames,
+                clip_len=m.clip_len,
+                max_evidence=m.max_evidence,
+                clip_batch_size=self.settings.clip_batch_size,
+            )
+            if config != encoder.config or m.instruction != encoder.instruction:
+                encoder = VideoEncoder(backbone, encoder.head, config=config, instruction=m.instruction)
+            searcher = Searcher(
+                encoder, new_index, self.cache, settings=self.settings, frame_size=backbone.frame_size
+            )
+        except BaseException:
+            new_index.close()
+            raise
+        old_searcher, old_index = self.searcher, self.index
+        self.encoder, self.index, self.searcher = (
+            encoder,
+            new_index,
+            searcher,
+        )  # new searches see the new index
+        self.info.update(index=path.name, index_built_at=m.built_at, videos=len(new_index))
+        logger.info("index swapped to %s (%d videos)", path, len(new_index))
+
+        def retire():
+            for thing in (old_searcher, old_index):
+                try:
+                    thing.close()
+                except Exception:
+                    logger.exception("closing the retired %s failed", type(thing).__name__)
+
+        timer = threading.Timer(retire_after_s, retire)
+        timer.daemon = True
+        timer.start()
+        return {"index": path.name, "built_at": m.built_at, "videos": len(new_index)}
 
     def close(self) -> None:
         for thing in (self.searcher, self.cache, self.index):
@@ -102,6 +163,8 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
             settings.model,
         )
     info = {
+        "index": Path(settings.index).resolve().name,
+        "index_built_at": m.built_at,
         "backbone": str(settings.model)
         if not Path(str(settings.model)).exists()
         else Path(str(settings.model)).name,
@@ -122,4 +185,5 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         searcher=searcher,
         random_weights=bool(backbone.random_weights),
         info=info,
+        head_fingerprint=head_fp,
     )

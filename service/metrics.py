@@ -55,6 +55,11 @@ class Metrics:
         self.rejected = Counter(
             "qaslr_rejected_total", "searches refused or abandoned", ["reason"], registry=r
         )
+        self.index_reloads = Counter(
+            "qaslr_index_reloads_total",
+            "index hot-swaps that succeeded (SIGHUP or POST /admin/reload-index)",
+            registry=r,
+        )
         self.ready = Gauge("qaslr_ready", "1 when the model and index are loaded", registry=r)
         self.random_weights = Gauge(
             "qaslr_backbone_random_weights",

@@ -41,6 +41,7 @@ class AppState:
         self._owns_engine = False
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
+        self._reload_lock = threading.Lock()
 
     # -- loading -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -96,6 +97,15 @@ class AppState:
             "the model and index are still loading; retry shortly",
             headers={"Retry-After": "2"},
         )
+
+    def reload_index(self) -> dict:
+        """Swap in the index at the configured path (SIGHUP or ``POST /admin/reload-index``); one
+        reload at a time. Raises (and keeps serving the old index) if the new one is unusable."""
+        engine = self.require_engine()
+        with self._reload_lock:
+            info = engine.swap_index(retire_after_s=self.settings.request_timeout_s + 30)
+        self.metrics.index_reloads.inc()
+        return info
 
     def shutdown(self) -> None:
         self.worker.shutdown()
