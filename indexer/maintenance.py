@@ -23,6 +23,7 @@ from indexer.store import (
     FAISS_FILE,
     METADATA,
     IndexFormatError,
+    connect_readonly,
     faiss_ids,
     read_manifest,
 )
@@ -214,4 +215,4 @@ def _connect_ro(directory: Path) -> sqlite3.Connection:
     path = directory / METADATA
     if not path.is_file():
         raise IndexFormatError(f"{directory}: {METADATA} not found")
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    return connect_readonly(path)

@@ -665,6 +665,34 @@ def _require_same_settings(existing: Manifest, wanted: Manifest) -> None:
         )
 
 
+def connect_readonly(path: Path, **kwargs) -> sqlite3.Connection:
+    """Read-only connection to the metadata store. A crash during an SQLite commit leaves a "hot"
+    rollback journal that read-only connections cannot apply; when the directory is writable it is
+    rolled back here first (restoring the last committed state), else the error says what to do."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, **kwargs)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        journal = Path(f"{path}-journal")
+        if not journal.exists():
+            raise
+        logger.warning("%s: rolling back a transaction interrupted by a crash (%s)", path, exc)
+        try:
+            rw = sqlite3.connect(str(path))
+            try:
+                rw.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            finally:
+                rw.close()
+        except sqlite3.OperationalError as exc2:
+            raise IndexFormatError(
+                f"{path} has an interrupted transaction ({journal.name}) that needs write access to roll back: "
+                f"run `indexer verify` once where the index is writable ({exc2})"
+            ) from exc2
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, **kwargs)
+
+
 def _connect_rw(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level="DEFERRED")
     conn.execute("PRAGMA journal_mode=DELETE")
@@ -692,7 +720,7 @@ class IndexReader:
             raise IndexFormatError(f"{self.directory}: {METADATA} not found")
         self._lock = threading.Lock()
         try:
-            self._conn = sqlite3.connect(f"file:{meta}?mode=ro", uri=True, check_same_thread=False)
+            self._conn = connect_readonly(meta, check_same_thread=False)
             rows = self._conn.execute(
                 f"SELECT {_RECORD_COLUMNS}, bank_file, bank_offset, bank_count FROM videos"
             ).fetchall()

@@ -280,3 +280,24 @@ def test_close_resyncs_faiss_after_an_interrupted_commit(tmp_path):
     stored = faiss.read_index(str(tmp_path / "idx" / FAISS_FILE))
     assert sorted(faiss_ids(stored).tolist()) == [0, 1]
     assert verify_index(tmp_path / "idx").warnings == []
+
+
+def test_crash_during_sqlite_commit_is_rolled_back(built, tmp_path):
+    """A kill -9 inside SQLite's commit leaves a hot journal; readers roll it back and see the last commit."""
+    import shutil
+
+    directory, _ = built
+    copy = tmp_path / "copy"
+    conn = sqlite3.connect(str(directory / "meta.sqlite"))
+    conn.execute("PRAGMA cache_size=1")  # spill the transaction into the journal early
+    conn.execute("BEGIN")
+    conn.execute("DELETE FROM videos WHERE id = 'v0'")
+    conn.execute("UPDATE videos SET metadata = ? WHERE id != 'v0'", (json.dumps({"x": "y" * 5000}),))
+    assert (directory / "meta.sqlite-journal").exists()
+    shutil.copytree(directory, copy)  # the disk as the crash left it
+    conn.rollback()
+    conn.close()
+    with IndexReader(copy) as r:
+        assert len(r) == 6 and r.video("v0") is not None and r.filter_ids({"cat": "b"}) == {"v0", "v2", "v4"}
+    assert not (copy / "meta.sqlite-journal").exists()
+    assert verify_index(copy).ok
