@@ -642,12 +642,12 @@ def _only_leftovers_of_a_new_index(directory: Path) -> bool:
         return False
     if METADATA in names:
         try:
-            conn = sqlite3.connect(f"file:{directory / METADATA}?mode=ro", uri=True)
+            conn = connect_readonly(directory / METADATA)
             try:
                 (n,) = conn.execute("SELECT COUNT(*) FROM videos").fetchone()
             finally:
                 conn.close()
-        except sqlite3.DatabaseError:
+        except (sqlite3.DatabaseError, IndexFormatError):
             return False
         if n:
             return False
