@@ -171,6 +171,13 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
         'or a JSONL manifest with one {"id", "path", "metadata"} object per line',
     )
     _index_arg(p)
+    p.add_argument(
+        "--publish",
+        metavar="LINK",
+        default=None,
+        help="after a successful build, point the symlink LINK (the path the API reads, e.g. "
+        "/data/index/current) at this index (`indexer publish`)",
+    )
     _model_args(p, build=True)
     _run_args(p)
 
@@ -234,6 +241,18 @@ def build_parser() -> argparse.ArgumentParser:
     _index_arg(p)
     p.add_argument("--check-sources", action="store_true", help="also re-fingerprint the source video files")
     p.set_defaults(_run=run_verify)
+    p = sub.add_parser(
+        "publish",
+        help="point a stable path (e.g. current) at a finished index, atomically",
+        description="Check that INDEX opens as an index, then replace the symlink LINK with one pointing at it "
+        "(one rename: readers see the old index or the new one, never a mix). Then send SIGHUP to the API or "
+        "POST /admin/reload-index to switch it without downtime (deploy/README.md).",
+    )
+    p.add_argument("index_dir", metavar="INDEX", help="the finished index directory to publish")
+    p.add_argument(
+        "--link", required=True, help="the symlink the API reads (QASLR_INDEX), e.g. /data/index/current"
+    )
+    p.set_defaults(_run=run_publish)
     return parser
 
 
@@ -254,6 +273,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- commands --------------------------------------------------------------------------------------
+
+
+def run_publish(args) -> int:
+    from indexer.publish import PublishError, publish
+    from indexer.store import IndexFormatError
+
+    try:
+        target = publish(args.index_dir, args.link)
+    except (PublishError, IndexFormatError) as exc:
+        return _usage(str(exc))
+    print(f"{args.link} -> {target}")
+    return 0
 
 
 def _load_models(args, *, model: str, head_dir: str | None, embed_dim: int | None = None):
@@ -323,7 +354,11 @@ def run_build(args) -> int:
         writer = IndexWriter.create(args.index, manifest)
     except (IndexMismatchError, IndexFormatError) as exc:
         return _usage(str(exc))
-    return _run_builder(args, writer, backbone, head, items, factory=args.faiss_factory)
+    code = _run_builder(args, writer, backbone, head, items, factory=args.faiss_factory)
+    if code == 0 and args.publish:
+        args.index_dir, args.link = args.index, args.publish
+        return run_publish(args)
+    return code
 
 
 def run_add(args) -> int:
