@@ -235,22 +235,18 @@ def _build_processor(seed: int, directory: Path):
     return tokenizer
 
 
-def make_checkpoint(directory: str | Path, *, preset: str = "tiny", seed: int = 0) -> Path:
-    """Write a random Qwen3-VL-Embedding-shaped checkpoint directory; deterministic from ``seed``."""
+def preset_config(preset: str, *, ids: dict[str, int] | None = None, vocab_size: int | None = None):
+    """The Qwen3VLConfig of a preset. ``ids`` are the special-token ids of the tokenizer that goes
+    with it (default: the public Qwen ids)."""
     from transformers import Qwen3VLConfig
 
-    from models.backbone import Qwen3VLForEmbedding
-
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
     spec = PRESETS[preset]
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-
-    tokenizer = _build_processor(seed, directory)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    vocab_size = spec.vocab_size or len(tokenizer)
-    text = dict(spec.text, vocab_size=vocab_size, pad_token_id=ids["<|endoftext|>"])
+    ids = ids or dict(
+        zip(SPECIAL_TOKENS, (151643, 151644, 151645, 151652, 151653, 151655, 151656), strict=True)
+    )
+    text = dict(
+        spec.text, vocab_size=vocab_size or spec.vocab_size or 151936, pad_token_id=ids["<|endoftext|>"]
+    )
     tie = text.pop("tie_word_embeddings", False)
     config = Qwen3VLConfig(
         text_config=text,
@@ -263,6 +259,22 @@ def make_checkpoint(directory: str | Path, *, preset: str = "tiny", seed: int = 
     )
     config.architectures = ["Qwen3VLForEmbedding"]
     config.dtype = spec.dtype
+    return config
+
+
+def make_checkpoint(directory: str | Path, *, preset: str = "tiny", seed: int = 0) -> Path:
+    """Write a random Qwen3-VL-Embedding-shaped checkpoint directory; deterministic from ``seed``."""
+    from models.backbone import Qwen3VLForEmbedding
+
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    spec = PRESETS[preset]
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = _build_processor(seed, directory)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    config = preset_config(preset, ids=ids, vocab_size=spec.vocab_size or len(tokenizer))
 
     torch.manual_seed(seed)
     with torch.device("cpu"):

@@ -169,3 +169,17 @@ def test_online_streaming_matches_head_over_cached_evidence(backbone):
     for a, b in zip(online, cached, strict=True):
         torch.testing.assert_close(a.steps, b.steps, rtol=1e-4, atol=1e-5)
         assert [list(x) for x in a.clip_frames] == [list(x) for x in b.clip_frames]
+
+
+@pytest.mark.parametrize(("preset", "low", "high"), [("2b", 2.0e9, 2.3e9), ("8b", 8.0e9, 9.0e9)])
+def test_public_presets_have_the_public_sizes(preset, low, high):
+    """The 2b/8b presets build the public Qwen3-VL architectures (counted on the meta device)."""
+    from models.backbone import Qwen3VLForEmbedding
+    from models.checkpoint import preset_config
+
+    config = preset_config(preset)
+    with torch.device("meta"):
+        model = Qwen3VLForEmbedding(config)
+    n = sum(p.numel() for p in model.parameters())
+    assert low < n < high, f"{preset}: {n / 1e9:.2f}B parameters"
+    assert config.text_config.hidden_size == {"2b": 2048, "8b": 4096}[preset]
