@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-head": ("models.cli_head", "write a randomly initialised streaming head for a backbone"),
     "serve": ("service.cli", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
     "demo": ("qaslr.demo", "the main job: generate sample videos, index them and serve search"),
+    "make-synthetic": ("training.cli_synthetic", "write synthetic needle-in-a-haystack videos and JSONL"),
+    "train": ("training.cli_train", "train a streaming head on query-positive pairs (QASLR recipe)"),
+    "eval": ("training.cli_eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
 }
 
 

@@ -1,0 +1,51 @@
+"""`qaslr make-synthetic`, `qaslr train` (with resume and the gate) and `qaslr eval` as users run them."""
+
+import json
+
+from qaslr.cli import main
+
+FEATURE_ARGS = ["--max-frames", "8", "--clip-len", "2", "--evidence-tokens", "32"]
+
+
+def test_train_then_eval(synthetic_set, tiny_checkpoint, tmp_path, capsys):
+    data = ["--data", str(synthetic_set / "train.jsonl"), "--cache", str(tmp_path / "cache")]
+    common = ["--model", str(tiny_checkpoint), *FEATURE_ARGS, "--no-progress"]
+    out = tmp_path / "run"
+    train = ["train", *data, "--out", str(out), *common, "--think-tokens", "8", "--batch-size", "16"]
+    assert main([*train, "--max-steps", "2", "--epochs", "3"]) == 0
+    assert main([*train, "--max-steps", "4", "--epochs", "3", "--gate-epochs", "3"]) == 0  # resumes at step 2
+    assert "trained 4 steps" in capsys.readouterr().out
+    logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert logged.count(1) == 1  # the second run resumed at step 2 instead of starting over
+    assert (out / "head" / "head.safetensors").is_file()
+    assert (out / "gate" / "gate.safetensors").is_file()
+    capsys.readouterr()
+    report = tmp_path / "eval.json"
+    ev = ["eval", "--data", str(synthetic_set / "test.jsonl"), "--cache", str(tmp_path / "cache"), *common]
+    code = main(
+        [
+            *ev,
+            "--head",
+            f"qaslr={out / 'head'}",
+            "--checkpoints",
+            "--controls",
+            "--recall",
+            "--json",
+            str(report),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "| qaslr, reverse |" in text and "| 25% | 50% | 75% | Final | Mean H@1 |" in text
+    metrics = json.loads(report.read_text())
+    assert set(metrics) == {"qaslr", "qaslr, shuffle", "qaslr, reverse", "qaslr, reset", "qaslr, last"}
+    assert 0.0 <= metrics["qaslr"]["metrics"][0]["retrieval"]["hit@1"] <= 1.0
+
+
+def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "task": "retrieval", "query": "q"}\n')
+    code = main(["train", "--data", str(bad), "--model", str(tiny_checkpoint), "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "bad.jsonl:1: missing 'positive'" in capsys.readouterr().out
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,127 @@
+import json
+
+import pytest
+
+from training.data import DataError, Pair, Side, VideoRef, load_pairs, pair_from_dict, write_pairs
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _video(tmp_path, name="v.mp4"):
+    (tmp_path / name).write_bytes(b"x")  # existence is all load_pairs checks
+    return name
+
+
+def test_every_task_round_trips(tmp_path):
+    v = _video(tmp_path)
+    rows = [
+        {
+            "id": 1,
+            "task": "retrieval",
+            "query": {"text": "a red square"},
+            "positive": {"video": {"path": v}},
+            "group": "g",
+        },
+        {
+            "id": "m",
+            "task": "moment",
+            "query": "a red square",
+            "positive": {"video": {"path": v, "start_s": 2, "end_s": 4.5}},
+            "candidates": [
+                {"video": {"path": v, "start_s": 0, "end_s": 2}},
+                {"video": {"path": v, "start_s": 2, "end_s": 4.5}},
+            ],
+        },
+        {
+            "id": "c",
+            "task": "classification",
+            "query": {"video": v},
+            "positive": {"text": "cat"},
+            "candidates": ["dog", "cat"],
+        },
+        {
+            "id": "q",
+            "task": "qa",
+            "query": {"video": {"path": v, "frames": [0, 5, 9]}, "text": "What colour?"},
+            "positive": {"text": "red"},
+            "candidates": [{"text": "red"}, {"text": "blue"}],
+        },
+    ]
+    pairs = load_pairs(_write(tmp_path / "p.jsonl", rows))
+    assert [p.task for p in pairs] == ["retrieval", "moment", "classification", "qa"]
+    assert pairs[0].query.kind == "text" and pairs[0].positive.kind == "video"
+    assert pairs[0].positive.video.path == str(tmp_path / v)  # relative to the JSONL file
+    assert pairs[1].positive.video.start_s == 2.0 and pairs[1].target_index == 1
+    assert pairs[3].query.kind == "video+text" and pairs[3].query.video.frames == (0, 5, 9)
+    assert pairs[3].input_format == "qa:video+text->text"
+    out = write_pairs(tmp_path / "sub" / "again.jsonl", pairs)
+    assert load_pairs(out) == pairs
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"id": 1, "task": "search", "query": "q", "positive": "p"}, "'task' must be one of"),
+        ({"id": 1, "task": "retrieval", "query": "q"}, "missing 'positive'"),
+        ({"id": 1, "task": "retrieval", "query": "q", "positive": "p"}, "positive must be video"),
+        (
+            {
+                "id": 1,
+                "task": "classification",
+                "query": {"video": "v.mp4"},
+                "positive": "a",
+                "candidates": ["b", "c"],
+            },
+            "must contain the positive",
+        ),
+        (
+            {
+                "id": 1,
+                "task": "retrieval",
+                "query": "q",
+                "positive": {"video": {"path": "v.mp4", "start_s": 5, "end_s": 3}},
+            },
+            "end_s",
+        ),
+        (
+            {"id": 1, "task": "qa", "query": {"video": {"path": "v.mp4", "frames": [3, 1]}}, "positive": "a"},
+            "strictly increasing",
+        ),
+        (
+            {"id": 1, "task": "retrieval", "query": {"txt": "q"}, "positive": {"video": "v.mp4"}},
+            "unknown fields",
+        ),
+    ],
+)
+def test_bad_rows_name_the_problem(tmp_path, row, message):
+    _video(tmp_path)
+    path = _write(tmp_path / "p.jsonl", [row])
+    with pytest.raises(DataError, match=message) as info:
+        load_pairs(path)
+    assert "p.jsonl:1" in str(info.value)
+
+
+def test_duplicate_ids_bad_json_and_missing_videos(tmp_path):
+    v = _video(tmp_path)
+    row = {"id": "a", "task": "retrieval", "query": "q", "positive": {"video": v}}
+    with pytest.raises(DataError, match="duplicate id"):
+        load_pairs(_write(tmp_path / "d.jsonl", [row, row]))
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(DataError, match="bad.jsonl:1: invalid JSON"):
+        load_pairs(tmp_path / "bad.jsonl")
+    missing = dict(row, positive={"video": "nope.mp4"})
+    with pytest.raises(DataError, match="not found"):
+        load_pairs(_write(tmp_path / "m.jsonl", [missing]))
+    assert load_pairs(tmp_path / "m.jsonl", check_files=False)[0].positive.video.path.endswith("nope.mp4")
+
+
+def test_keys_distinguish_windows_and_conditioning():
+    a = Side(video=VideoRef("/x.mp4"))
+    b = Side(video=VideoRef("/x.mp4", start_s=0.0, end_s=2.0))
+    c = Side(video=VideoRef("/x.mp4"), text="question?")
+    assert len({a.key(), b.key(), c.key(), Side(text="/x.mp4").key()}) == 4
+    pair = pair_from_dict({"id": 1, "task": "retrieval", "query": "q", "positive": {"video": "/x.mp4"}})
+    assert isinstance(pair, Pair) and pair.target_index == -1

@@ -1,0 +1,107 @@
+"""Options shared by `qaslr train` and `qaslr eval`: the data, the backbone and the feature cache."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def add_feature_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("backbone and feature cache (must match between train and eval)")
+    g.add_argument("--model", required=True, help="backbone: hub id or checkpoint directory (frozen)")
+    g.add_argument(
+        "--cache",
+        default=None,
+        help="feature cache root (default: .qaslr-features next to the --data file); features are "
+        "stored under a subfolder named by the backbone and selection fingerprint",
+    )
+    g.add_argument("--max-frames", type=int, default=128, help="K_max selected frames per video (paper 128)")
+    g.add_argument("--clip-len", type=int, default=16, help="L frames per clip at full budget (paper 16)")
+    g.add_argument("--evidence-tokens", type=int, default=256, help="M evidence tokens per clip (paper 256)")
+    g.add_argument(
+        "--selection",
+        choices=("uniform", "query-aware"),
+        default="uniform",
+        help="frame selection for items with a conditioning text (QA questions, query-conditioned "
+        "candidates); query-independent items always use uniform selection",
+    )
+    g.add_argument(
+        "--scoring",
+        choices=("indexable", "conditioned"),
+        default="indexable",
+        help="Eq. 1: indexable (one query-independent embedding per video) or conditioned (each "
+        "candidate of a bounded set encoded under each query)",
+    )
+    g.add_argument("--instruction", default=None, help="backbone instruction (system message)")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    g.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated subset of retrieval,moment,classification,qa (default: all in the file)",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def feature_settings(args):
+    from training.features import FeatureSettings
+
+    return FeatureSettings(
+        max_frames=args.max_frames,
+        clip_len=args.clip_len,
+        max_evidence=args.evidence_tokens,
+        selection=args.selection,
+        instruction=args.instruction,
+    )
+
+
+def load_task_pairs(path: str, tasks: str | None):
+    from training.data import TASKS, DataError, load_pairs
+
+    pairs = load_pairs(path)
+    if tasks:
+        wanted = [t.strip() for t in tasks.split(",") if t.strip()]
+        bad = [t for t in wanted if t not in TASKS]
+        if bad:
+            raise DataError(f"--tasks: unknown task(s) {bad}; choose from {TASKS}")
+        pairs = [p for p in pairs if p.task in wanted]
+        if not pairs:
+            raise DataError(f"{path}: no pairs of task(s) {wanted}")
+    return pairs
+
+
+def default_cache(data_path: str) -> Path:
+    return Path(data_path).resolve().parent / ".qaslr-features"
+
+
+def open_store(args, pairs, *, cache_root: Path):
+    """Return a FeatureStore holding every item ``pairs`` need, encoding missing ones with the
+    backbone (which is loaded only when something is missing and its directory is local)."""
+    from models.backbone import checkpoint_fingerprint, load_backbone
+    from training.features import FeatureStore, build_cache, cache_fingerprint, required_items
+
+    settings = feature_settings(args)
+    model_dir = Path(args.model)
+    if model_dir.is_dir():
+        directory = cache_root / cache_fingerprint(checkpoint_fingerprint(model_dir), settings)
+        if (directory / "manifest.json").is_file():
+            import json
+
+            manifest = json.loads((directory / "manifest.json").read_text())
+            items, texts = required_items(pairs, scoring=args.scoring)
+            if {i.key for i in items} <= set(manifest["keys"]) and set(texts) <= set(manifest["text_keys"]):
+                logger.info("feature cache hit: %s", directory)
+                return FeatureStore(directory)
+    backbone = load_backbone(args.model, device=args.device)
+    directory = build_cache(
+        cache_root,
+        backbone=backbone,
+        pairs=pairs,
+        settings=settings,
+        scoring=args.scoring,
+        progress=not args.no_progress,
+    )
+    del backbone
+    return FeatureStore(directory)

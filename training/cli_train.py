@@ -1,0 +1,178 @@
+"""Train a QASLR streaming head (or a control aggregator) on query-positive pairs (paper §3.4, §A.1-A.2).
+
+The backbone stays frozen: its per-clip evidence banks and text embeddings are computed once into a
+feature cache (--cache), then every epoch runs the head only. Losses: final InfoNCE with co-positive
+masking (Eq. 11) + 0.1 x step-wise loss (Eq. 12) + 0.01 x self-distillation (Eq. 13); interleaved
+sub-batching by task and input format; AdamW (lr 1e-4).
+
+Writes to --out: head/ (head_config.json + head.safetensors, usable by `indexer build --head` and the
+service; control aggregators write aggregator.json + aggregator.safetensors), checkpoint.pt (resume:
+rerun the same command), metrics.jsonl (loss terms, temperature, validation metrics), train_args.json.
+
+Example (CPU, tiny random backbone, synthetic data):
+  qaslr make-checkpoint /tmp/ckpt --preset tiny
+  qaslr make-synthetic /tmp/syn
+  qaslr train --data /tmp/syn/train.jsonl --val /tmp/syn/val.jsonl --model /tmp/ckpt --out /tmp/run \\
+      --max-frames 32 --clip-len 4 --evidence-tokens 64 --think-tokens 8 --epochs 40 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from training.cli_common import add_feature_arguments
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--data", required=True, help="training pairs (JSONL, see training/README.md)")
+    p.add_argument(
+        "--val", default=None, help="validation pairs (JSONL); evaluated at the end and every --eval-every"
+    )
+    p.add_argument("--out", required=True, help="output directory (rerun with the same --out to resume)")
+    add_feature_arguments(p)
+    m = p.add_argument_group("model")
+    m.add_argument(
+        "--aggregator",
+        choices=("qaslr", "mean", "gru", "transformer"),
+        default="qaslr",
+        help="qaslr = the streaming head; mean / gru / transformer = the Table 5 controls",
+    )
+    m.add_argument("--think-tokens", type=int, default=32, help="N think tokens (paper 32)")
+    m.add_argument("--depth", type=int, default=1, help="update blocks per clip step (Eq. 7-8 is 1)")
+    m.add_argument("--heads", type=int, default=None, help="attention heads (default: <=16, >=16 dims each)")
+    m.add_argument("--init-temperature", type=float, default=0.05, help="initial tau (learnable)")
+    m.add_argument("--init-head", default=None, help="start from this head directory instead of a fresh one")
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--epochs", type=int, default=5, help="epochs (paper: 3-5)")
+    o.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    o.add_argument(
+        "--batch-size", type=int, default=32, help="pairs per optimizer step (split into sub-batches)"
+    )
+    o.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (paper 1e-4)")
+    o.add_argument("--weight-decay", type=float, default=0.01)
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--no-step-loss", action="store_true", help="disable L_step (Eq. 12), Table 6 ablation")
+    o.add_argument(
+        "--no-distill-loss", action="store_true", help="disable L_distill (Eq. 13), Table 6 ablation"
+    )
+    o.add_argument("--lambda-step", type=float, default=0.1)
+    o.add_argument("--lambda-distill", type=float, default=0.01)
+    o.add_argument(
+        "--no-sub-batching",
+        action="store_true",
+        help="one homogeneous batch per step instead of interleaved sub-batches with shared negatives",
+    )
+    o.add_argument(
+        "--candidate-negatives",
+        choices=("none", "text", "all"),
+        default="text",
+        help="use each pair's listed candidates as extra negatives: none, text candidates only "
+        "(labels/answers, free), or all (video candidates need their own head pass)",
+    )
+    o.add_argument("--eval-every", type=int, default=0, help="validate every N steps (0: at the end)")
+    o.add_argument("--checkpoint-every", type=int, default=50, help="save checkpoint.pt every N steps")
+    o.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint.pt in --out")
+    g = p.add_argument_group("optional early-exit gate (§A.10), trained after the embedding")
+    g.add_argument("--gate-epochs", type=int, default=0, help="train the gate for N epochs (0: no gate)")
+    g.add_argument("--gate-lr", type=float, default=1e-3)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import logging
+    from pathlib import Path
+
+    import torch
+
+    from training.aggregators import build_model, load_model, save_model
+    from training.cli_common import default_cache, load_task_pairs, open_store
+    from training.data import DataError
+    from training.trainer import TrainConfig, Trainer
+
+    log = logging.getLogger("qaslr.train")
+    out = Path(args.out)
+    try:
+        train_pairs = load_task_pairs(args.data, args.tasks)
+        val_pairs = load_task_pairs(args.val, args.tasks) if args.val else []
+    except DataError as exc:
+        print(f"error: {exc}")
+        return 2
+    if args.fresh and (out / "checkpoint.pt").exists():
+        (out / "checkpoint.pt").unlink()
+    cache_root = Path(args.cache) if args.cache else default_cache(args.data)
+    store = open_store(args, train_pairs + val_pairs, cache_root=cache_root)
+    if args.init_head:
+        model = load_model(args.init_head)
+    else:
+        model = build_model(
+            args.aggregator,
+            hidden_size=store.hidden_size,
+            embed_dim=store.embed_dim,
+            num_think_tokens=args.think_tokens,
+            max_evidence=args.evidence_tokens,
+            num_heads=args.heads,
+            depth=args.depth,
+            init_temperature=args.init_temperature,
+            seed=args.seed,
+        )
+    if args.device:
+        model.to(args.device)
+    config = TrainConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        scoring=args.scoring,
+        step_loss=not args.no_step_loss,
+        distill_loss=not args.no_distill_loss,
+        lambda_step=args.lambda_step,
+        lambda_distill=args.lambda_distill,
+        sub_batching=not args.no_sub_batching,
+        candidate_negatives=args.candidate_negatives,
+        max_steps=args.max_steps,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = {k: v for k, v in vars(args).items() if not callable(v) and not k.startswith("_")}
+    (out / "train_args.json").write_text(
+        json.dumps({**recorded, "feature_cache": str(store.directory)}, indent=2) + "\n"
+    )
+    trainer = Trainer(
+        model,
+        store,
+        train_pairs,
+        config=config,
+        out_dir=out,
+        val_pairs=val_pairs,
+        progress=not args.no_progress,
+    )
+    try:
+        metrics = trainer.fit(resume=True)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    save_model(model.cpu(), out / "head")
+    print(f"trained {trainer.step} steps; model written to {out / 'head'}")
+    if metrics:
+        print(
+            "validation: "
+            + ", ".join(
+                f"{k} Hit@1 {v['hit@1']:.3f}"
+                for k, v in metrics.items()
+                if isinstance(v, dict) and "/" not in k
+            )
+        )
+    if args.gate_epochs > 0:
+        from training.gate_training import save_gate, train_gate
+
+        gate, stats = train_gate(
+            model, store, train_pairs, epochs=args.gate_epochs, lr=args.gate_lr, seed=args.seed
+        )
+        save_gate(gate, out / "gate")
+        print(f"early-exit gate written to {out / 'gate'} ({stats})")
+    log.info("done")
+    del torch
+    return 0

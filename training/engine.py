@@ -1,0 +1,305 @@
+"""Head-only forward passes over the feature cache: pair losses (training) and candidate scores
+(evaluation). The trainer and the evaluator share these so they score pairs identically.
+
+A side of a pair is either a text (its cached embedding, reused at every step, §3.4) or a streamed
+item (a video, window, or video+question) whose cached evidence banks run through the aggregator,
+giving step readouts z_1..z_T and the final z_T (Eq. 10).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from training.data import Pair, Side
+from training.features import FeatureStore, conditioned_key
+from training.losses import (
+    co_positive_mask,
+    contrastive_loss,
+    distill_loss,
+    step_loss,
+    step_loss_conditioned,
+)
+
+CONTROLS = ("none", "shuffle", "reverse", "reset", "last")
+
+
+@dataclass
+class Embedded:
+    final: Tensor  # [n, d]
+    steps: Tensor | None = None  # [n, T, d] for streamed sides; None for texts (reused)
+    step_mask: Tensor | None = None  # [n, T]
+
+    @property
+    def streamed(self) -> bool:
+        return self.steps is not None
+
+
+def _perturb(tokens: Tensor, mask: Tensor, control: str, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
+    """Test-time clip-order controls of Table 5 on one item's banks [T, M, D]."""
+    if control == "shuffle":
+        order = torch.from_numpy(rng.permutation(tokens.shape[0]))
+        return tokens[order], mask[order]
+    if control == "reverse":
+        return tokens.flip(0), mask.flip(0)
+    if control == "last":
+        return tokens[-1:], mask[-1:]
+    return tokens, mask
+
+
+def stream_items(
+    model: nn.Module,
+    store: FeatureStore,
+    keys: Sequence[str],
+    *,
+    control: str = "none",
+    seed: int = 0,
+) -> Embedded:
+    """Run the aggregator over the cached evidence of ``keys`` (each video keeps its own state)."""
+    if control not in CONTROLS:
+        raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
+    rng = np.random.default_rng(seed)
+    banks = [_perturb(*store.banks(k), control, rng) for k in keys]
+    b = len(banks)
+    t = max(x.shape[0] for x, _ in banks)
+    m = max(x.shape[1] for x, _ in banks)
+    p = next(model.parameters())
+    evidence = torch.zeros(b, t, m, banks[0][0].shape[-1], dtype=p.dtype, device=p.device)
+    mask = torch.zeros(b, t, m, dtype=torch.bool, device=p.device)
+    steps = torch.zeros(b, t, dtype=torch.bool, device=p.device)
+    for i, (tok, msk) in enumerate(banks):
+        evidence[i, : tok.shape[0], : tok.shape[1]] = tok
+        mask[i, : msk.shape[0], : msk.shape[1]] = msk
+        steps[i, : tok.shape[0]] = True
+    out = model(evidence, mask, steps, reset_memory=control == "reset")
+    return Embedded(final=out.final, steps=out.step_embeddings, step_mask=out.step_mask)
+
+
+def embed_sides(
+    model: nn.Module, store: FeatureStore, sides: Sequence[Side], *, keys: Sequence[str] | None = None, **kw
+) -> Embedded:
+    """Embeddings of a homogeneous list of sides (all texts, or all streamed items)."""
+    if all(s.video is None for s in sides):
+        p = next(model.parameters())
+        return Embedded(final=torch.stack([store.text(s.text) for s in sides]).to(p.device, p.dtype))
+    if any(s.video is None for s in sides):
+        raise ValueError("a sub-batch must be homogeneous: all text sides or all video sides")
+    return stream_items(model, store, list(keys or [s.key() for s in sides]), **kw)
+
+
+def is_conditioned(pair: Pair, scoring: str) -> bool:
+    """Query-conditioned scoring (Eq. 1, second case) applies to text -> video pairs with a bounded set."""
+    return scoring == "conditioned" and pair.query.video is None and pair.positive.video is not None
+
+
+@dataclass
+class Negatives:
+    """Candidates shared from other sub-batches of the same optimizer step (detached)."""
+
+    embeddings: Tensor  # [P, d]
+    keys: list[str]
+    groups: list[str | None]
+    queries: list[str] | None = None  # the query key of the pair each negative is the positive of
+
+
+@dataclass
+class LossTerms:
+    final: Tensor
+    step: Tensor
+    distill: Tensor
+
+
+def pair_losses(
+    model: nn.Module,
+    store: FeatureStore,
+    pairs: Sequence[Pair],
+    *,
+    scoring: str = "indexable",
+    negatives: Negatives | None = None,
+    candidate_negatives: str = "text",
+) -> LossTerms:
+    """Eq. 11-13 for one homogeneous sub-batch.
+
+    Indexable: columns are the B paired positives (y_i = i, co-positives of the same group masked,
+    Eq. 11), then each pair's own listed candidates (negatives for that pair only; ``candidate_negatives``
+    = none | text | all says which kinds are used), then the shared ``negatives`` of other sub-batches
+    (masked when they are co-positives). Query-conditioned: each row scores its own bounded candidate
+    set, every candidate encoded under that row's query.
+    """
+    tau = model.temperature
+    query = embed_sides(model, store, [p.query for p in pairs])
+    if all(is_conditioned(p, scoring) for p in pairs):
+        return _conditioned_losses(model, store, pairs, query, tau)
+    pos_keys = [p.positive.key() for p in pairs]
+    groups = [p.group for p in pairs]
+    positive = embed_sides(model, store, [p.positive for p in pairs])
+    b = len(pairs)
+    exclude = co_positive_mask(groups, pos_keys)  # [B, B]
+    # Identical queries are co-positives too: pair j's positive answers pair i's query just as well.
+    query_keys = [p.query.key() for p in pairs]
+    exclude |= torch.tensor([[qi == qj for qj in query_keys] for qi in query_keys]) & ~torch.eye(
+        b, dtype=torch.bool
+    )
+    for i, p in enumerate(pairs):  # a pair's listed candidates are always its negatives
+        listed = {c.key() for c in p.candidates}
+        for j in range(b):
+            if pos_keys[j] in listed and pos_keys[j] != pos_keys[i]:
+                exclude[i, j] = False
+    columns, col_exclude = [positive.final], [exclude]
+    kind = pairs[0].positive.kind
+    if candidate_negatives == "all" or (candidate_negatives == "text" and kind == "text"):
+        extra: dict[str, Side] = {}
+        for p in pairs:
+            for c in p.candidates:
+                if c.key() not in pos_keys:
+                    extra.setdefault(c.key(), c)
+        if extra:
+            columns.append(embed_sides(model, store, list(extra.values())).final)
+            ex = torch.ones(b, len(extra), dtype=torch.bool)
+            for i, p in enumerate(pairs):
+                listed = {c.key() for c in p.candidates}
+                for j, key in enumerate(extra):
+                    ex[i, j] = key not in listed  # someone else's candidate: not a known negative here
+            col_exclude.append(ex)
+    if negatives is not None and len(negatives.keys):
+        columns.append(negatives.embeddings.to(positive.final.dtype))
+        ex = torch.zeros(b, len(negatives.keys), dtype=torch.bool)
+        for i in range(b):
+            for j, (key, group) in enumerate(zip(negatives.keys, negatives.groups, strict=True)):
+                ex[i, j] = key == pos_keys[i] or (group is not None and group == groups[i])
+                ex[i, j] |= negatives.queries is not None and negatives.queries[j] == query_keys[i]
+        col_exclude.append(ex)
+    logits = query.final @ torch.cat(columns).T / tau  # [B, C]
+    exclude_all = torch.cat(col_exclude, dim=1).to(logits.device)
+    final = contrastive_loss(logits, torch.arange(b, device=logits.device), exclude_all)  # Eq. 11
+    streamed = [s for s in (query, positive) if s.streamed]
+    if streamed:  # Eq. 12: B_t = pairs with a valid step-t readout on every streaming side
+        t = max(s.steps.shape[1] for s in streamed)
+        valid = torch.ones(b, t, dtype=torch.bool, device=logits.device)
+        for side in streamed:
+            valid &= nn.functional.pad(side.step_mask, (0, t - side.step_mask.shape[1]))
+
+        def steps_of(side: Embedded) -> Tensor:  # a non-streaming side is reused at every step
+            return (
+                nn.functional.pad(side.steps, (0, 0, 0, t - side.steps.shape[1]))
+                if side.streamed
+                else side.final
+            )
+
+        step = step_loss(steps_of(query), steps_of(positive), valid, tau, exclude=exclude.to(logits.device))
+    else:
+        step = logits.new_zeros(())
+    distill = _distill(streamed, logits)
+    return LossTerms(final=final, step=step, distill=distill)
+
+
+def _distill(streamed: list[Embedded], like: Tensor) -> Tensor:
+    if not streamed:
+        return like.new_zeros(())
+    t = max(s.steps.shape[1] for s in streamed)
+    steps = torch.cat([nn.functional.pad(s.steps, (0, 0, 0, t - s.steps.shape[1])) for s in streamed])
+    mask = torch.cat([nn.functional.pad(s.step_mask, (0, t - s.step_mask.shape[1])) for s in streamed])
+    return distill_loss(steps, mask)  # Eq. 13
+
+
+def _conditioned_losses(model, store, pairs, query: Embedded, tau) -> LossTerms:
+    b = len(pairs)
+    sets = [list(p.candidates) or [p.positive] for p in pairs]
+    c = max(len(s) for s in sets)
+    keys, owner = [], []
+    for i, (p, cands) in enumerate(zip(pairs, sets, strict=True)):
+        for cand in cands:
+            keys.append(conditioned_key(cand, p.query.text))
+            owner.append(i)
+    cand = stream_items(model, store, keys)
+    d, t = cand.final.shape[-1], cand.steps.shape[1]
+    finals = cand.final.new_zeros(b, c, d)
+    steps = cand.final.new_zeros(b, c, t, d)
+    valid = torch.zeros(b, c, t, dtype=torch.bool, device=cand.final.device)
+    present = torch.zeros(b, c, dtype=torch.bool, device=cand.final.device)
+    k = 0
+    for i, cands in enumerate(sets):
+        n = len(cands)
+        finals[i, :n], steps[i, :n], valid[i, :n] = (
+            cand.final[k : k + n],
+            cand.steps[k : k + n],
+            cand.step_mask[k : k + n],
+        )
+        present[i, :n] = True
+        k += n
+    target = torch.tensor([max(p.target_index, 0) for p in pairs], device=finals.device)
+    logits = torch.einsum("bd,bcd->bc", query.final, finals) / tau  # s_ij = q_i . v_ij / tau (Eq. 1)
+    final = contrastive_loss(logits, target, ~present)
+    step = step_loss_conditioned(query.final, steps, valid, target, tau)
+    distill = distill_loss(cand.steps, cand.step_mask)
+    return LossTerms(final=final, step=step, distill=distill)
+
+
+# ---- evaluation ------------------------------------------------------------------------------------
+
+
+def readout_at(emb: Embedded, row: int, fraction: float) -> Tensor:
+    """The readout after ``fraction`` of the row's valid clips (ceil, at least one): Table 6 checkpoints."""
+    if not emb.streamed:
+        return emb.final[row]
+    n = int(emb.step_mask[row].sum())
+    t = max(1, math.ceil(fraction * n - 1e-9))
+    return emb.steps[row, t - 1] if fraction < 1 else emb.final[row]
+
+
+@torch.no_grad()
+def score_pairs(
+    model: nn.Module,
+    store: FeatureStore,
+    pairs: Sequence[Pair],
+    *,
+    scoring: str = "indexable",
+    fraction: float = 1.0,
+    control: str = "none",
+    seed: int = 0,
+    batch_size: int = 64,
+) -> list[np.ndarray]:
+    """For every pair, the scores q . v of its bounded candidate set (in listed order)."""
+    model.eval()
+    texts: dict[str, Tensor] = {}
+    stream_keys: dict[str, None] = {}
+    for p in pairs:
+        for side, cond in _scored_sides(p, scoring):
+            if side.video is None:
+                texts[side.text] = store.text(side.text)
+            else:
+                stream_keys[_key(side, cond)] = None
+    embs: dict[str, Tensor] = {}
+    keys = list(stream_keys)
+    for start in range(0, len(keys), batch_size):
+        chunk = keys[start : start + batch_size]
+        out = stream_items(model, store, chunk, control=control, seed=seed + start)
+        for i, key in enumerate(chunk):
+            embs[key] = readout_at(out, i, fraction).float().cpu()
+    scores = []
+    for p in pairs:
+        q = _vec(p.query, None, texts, embs)
+        cond = p.query.text if is_conditioned(p, scoring) else None
+        cands = torch.stack([_vec(c, cond, texts, embs) for c in p.candidates])
+        scores.append((cands @ q).numpy())
+    return scores
+
+
+def _key(side: Side, cond: str | None) -> str:
+    return side.key() if cond is None else conditioned_key(side, cond)
+
+
+def _vec(side: Side, cond, texts, embs) -> Tensor:
+    return texts[side.text].float().cpu() if side.video is None else embs[_key(side, cond)]
+
+
+def _scored_sides(p: Pair, scoring: str):
+    yield p.query, None
+    cond = p.query.text if is_conditioned(p, scoring) else None
+    for c in p.candidates:
+        yield c, cond

@@ -1,0 +1,321 @@
+"""Synthetic long-video "needle in a haystack" data for CPU training and evaluation.
+
+Each video is a slowly drifting noise texture (the haystack) with two brief inserted events (the
+needles): a solid shape of a named colour ("a red square", "a blue circle", ...) shown for a couple
+of seconds at a known time. Videos come in *mirror pairs*: video B shows the same two needles as
+video A in the opposite order, so queries that name the order ("a red square appears, then a blue
+circle appears") have a hard negative that only a model using clip order can reject (the clip-order
+controls of Table 5).
+
+Every video is split into ``windows`` equal windows and each needle lies entirely inside one window,
+so moment retrieval (§4.1) has an unambiguous positive window. The records (training/data.py format):
+
+    retrieval       "a red square appears, then a blue circle appears" -> the video
+                    candidates: the video, its mirror, other videos of the split
+    retrieval       "a red square appears" -> the video; candidates: videos without a red square
+    moment          "a red square appears" -> the window that contains it; candidates: all windows
+    classification  the video -> "red square, then blue circle"; candidates: the reversed label + others
+    qa              the video + "What colour is the square?" -> "red"; options: both needles' colours + 2
+    qa              the video + "Which shape appears first?" -> "square"; options: the shapes
+
+Train / validation / test splits share no video (§A.11). ``group`` is the mirror pair (the source
+content both videos are cut from), so in-batch co-positives of one pair are masked in the
+contrastive denominator (Eq. 11); a pair's own listed candidates (e.g. the mirror, for an ordered
+query) always stay negatives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from training.data import Pair, Side, VideoRef, write_pairs
+
+logger = logging.getLogger(__name__)
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (225, 30, 30),
+    "green": (30, 205, 40),
+    "blue": (40, 70, 235),
+    "yellow": (235, 225, 30),
+}
+SHAPES = ("square", "circle", "triangle")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    train_videos: int = 96
+    val_videos: int = 16
+    test_videos: int = 32
+    size: int = 64  # frame side in pixels (even; 64 is the tiny backbone's working size)
+    fps: float = 4.0
+    min_duration_s: float = 10.0
+    max_duration_s: float = 40.0
+    windows: int = 4  # moment-retrieval windows per video
+    candidates: int = 4  # bounded candidate-set size for video retrieval (§A.3: 4 or 8)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size % 2 or self.size < 32:
+            raise ValueError(f"size must be even and >= 32, got {self.size}")
+        for name in ("train_videos", "val_videos", "test_videos"):
+            n = getattr(self, name)
+            if n < 4 or n % 2:
+                raise ValueError(f"{name} must be an even number >= 4 (videos come in mirror pairs), got {n}")
+        if not 0 < self.min_duration_s <= self.max_duration_s:
+            raise ValueError("need 0 < min_duration_s <= max_duration_s")
+        if self.windows < 2:
+            raise ValueError("windows must be >= 2")
+        if self.candidates < 2:
+            raise ValueError("candidates must be >= 2")
+        if self.fps <= 0:
+            raise ValueError("fps must be positive")
+
+
+@dataclass(frozen=True)
+class Needle:
+    colour: str
+    shape: str
+    start_s: float
+    end_s: float
+    window: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.colour} {self.shape}"
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    id: str
+    path: str
+    duration_s: float
+    needles: tuple[Needle, Needle]  # in chronological order
+    group: str  # the mirror pair: both videos show the same two needles
+
+
+def _background(rng: np.random.Generator, num_frames: int, size: int, fps: float) -> np.ndarray:
+    """Slowly drifting low-frequency noise: random 4x4 grey fields (slightly tinted) every ~4 s,
+    interpolated in time (cosine) and space (bilinear), plus faint per-frame noise -> [F, size, size, 3]
+    uint8. The haystack is nearly colourless so that a needle's colour is the salient event."""
+    import torch
+    import torch.nn.functional as F
+
+    period = max(1, int(round(4.0 * fps)))
+    grey = rng.uniform(50, 130, size=(num_frames // period + 2, 1, 4, 4))
+    keys = (grey + rng.uniform(-8, 8, size=(num_frames // period + 2, 3, 4, 4))).astype(np.float32)
+    t = np.arange(num_frames) / period
+    i0 = np.floor(t).astype(int)
+    w = (1 - np.cos(np.pi * (t - i0))) / 2  # cosine ease between key fields
+    fields = keys[i0] * (1 - w)[:, None, None, None] + keys[i0 + 1] * w[:, None, None, None]
+    up = F.interpolate(torch.from_numpy(fields), size=(size, size), mode="bilinear", align_corners=False)
+    frames = up.permute(0, 2, 3, 1).numpy() + rng.normal(0, 4, size=(num_frames, size, size, 3))
+    return np.clip(frames, 0, 255).astype(np.uint8)
+
+
+def _shape_mask(shape: str, size: int, cx: float, cy: float, r: float) -> np.ndarray:
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
+    if shape == "square":
+        return (np.abs(xx - cx) <= r) & (np.abs(yy - cy) <= r)
+    if shape == "circle":
+        return (xx - cx) ** 2 + (yy - cy) ** 2 <= r**2
+    if shape == "bar":  # a wide horizontal bar
+        return (np.abs(xx - cx) <= r) & (np.abs(yy - cy) <= 0.4 * r)
+    if shape == "triangle":  # apex up, base at cy + r
+        top, bottom = cy - r, cy + r
+        half = (yy - top) / (2 * r) * r
+        return (yy >= top) & (yy <= bottom) & (np.abs(xx - cx) <= half)
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def render_video(spec: VideoSpec, *, size: int, fps: float, seed: int) -> np.ndarray:
+    """Frames of one synthetic video: background with the needles painted in -> [F, H, W, 3] uint8."""
+    rng = np.random.default_rng(seed)
+    num_frames = int(round(spec.duration_s * fps))
+    frames = _background(rng, num_frames, size, fps)
+    for needle in spec.needles:
+        r = rng.uniform(0.36, 0.44) * size
+        cx, cy = rng.uniform(r + 1, size - r - 1, size=2)
+        mask = _shape_mask(needle.shape, size, cx, cy, r)
+        first = int(np.ceil(needle.start_s * fps))
+        last = min(num_frames, int(np.floor(needle.end_s * fps)) + 1)
+        frames[first:last][:, mask] = np.asarray(COLOURS[needle.colour], dtype=np.uint8)
+    return frames
+
+
+def _plan_videos(cfg: SyntheticConfig, rng: np.random.Generator, count: int, prefix: str) -> list[VideoSpec]:
+    kinds = [(c, s) for c in COLOURS for s in SHAPES]
+    specs: list[VideoSpec] = []
+    for p in range(count // 2):
+        # Two needles with different colours and different shapes (so QA questions are unambiguous).
+        while True:
+            a, b = rng.choice(len(kinds), size=2, replace=False)
+            (ca, sa), (cb, sb) = kinds[a], kinds[b]
+            if ca != cb and sa != sb:
+                break
+        for m, order in enumerate((((ca, sa), (cb, sb)), ((cb, sb), (ca, sa)))):
+            duration = float(np.round(rng.uniform(cfg.min_duration_s, cfg.max_duration_s), 1))
+            win = duration / cfg.windows
+            w1, w2 = sorted(rng.choice(cfg.windows, size=2, replace=False))
+            length = min(max(2.0, 0.1 * duration), 0.6 * win)
+            needles = []
+            for (colour, shape), w in zip(order, (w1, w2), strict=True):
+                start = float(np.round(w * win + rng.uniform(0.1 * win, 0.9 * win - length), 2))
+                needles.append(Needle(colour, shape, start, float(np.round(start + length, 2)), int(w)))
+            vid = f"{prefix}{p:03d}{'ab'[m]}"
+            specs.append(
+                VideoSpec(vid, f"videos/{vid}.mp4", duration, (needles[0], needles[1]), f"{prefix}{p:03d}")
+            )
+    return specs
+
+
+def _pairs_for_split(
+    cfg: SyntheticConfig, specs: list[VideoSpec], root: Path, rng: np.random.Generator
+) -> list[Pair]:
+    def vref(spec: VideoSpec, window: int | None = None) -> Side:
+        path = str(root / spec.path)
+        if window is None:
+            return Side(video=VideoRef(path))
+        win = spec.duration_s / cfg.windows
+        return Side(video=VideoRef(path, start_s=round(window * win, 3), end_s=round((window + 1) * win, 3)))
+
+    pairs: list[Pair] = []
+    by_id = {s.id: s for s in specs}
+    names = [f"{c} {s}" for c in COLOURS for s in SHAPES]
+    for spec in specs:
+        n1, n2 = spec.needles
+        mirror = by_id[spec.id[:-1] + ("b" if spec.id.endswith("a") else "a")]
+        others = [s for s in specs if s.id not in (spec.id, mirror.id)]
+        # Ordered retrieval: the mirror is the hard negative (same needles, opposite order).
+        pick = rng.choice(len(others), size=min(cfg.candidates - 2, len(others)), replace=False)
+        cands = [vref(spec), vref(mirror)] + [vref(others[i]) for i in pick]
+        rng.shuffle(cands)
+        pairs.append(
+            Pair(
+                id=f"{spec.id}-ret-order",
+                task="retrieval",
+                query=Side(text=f"a {n1.name} appears, then a {n2.name} appears"),
+                positive=vref(spec),
+                candidates=tuple(cands),
+                group=spec.group,
+                meta={"kind": "ordered"},
+            )
+        )
+        for k, needle in enumerate(spec.needles):
+            # Single-needle retrieval: negatives are videos without this needle.
+            without = [s for s in specs if all(n.name != needle.name for n in s.needles)]
+            pick = rng.choice(len(without), size=min(cfg.candidates - 1, len(without)), replace=False)
+            cands = [vref(spec)] + [vref(without[i]) for i in pick]
+            rng.shuffle(cands)
+            pairs.append(
+                Pair(
+                    id=f"{spec.id}-ret-{k}",
+                    task="retrieval",
+                    query=Side(text=f"a {needle.name} appears"),
+                    positive=vref(spec),
+                    candidates=tuple(cands),
+                    group=spec.group,
+                    meta={"kind": "single"},
+                )
+            )
+            pairs.append(
+                Pair(
+                    id=f"{spec.id}-moment-{k}",
+                    task="moment",
+                    query=Side(text=f"a {needle.name} appears"),
+                    positive=vref(spec, needle.window),
+                    candidates=tuple(vref(spec, w) for w in range(cfg.windows)),
+                    group=spec.group,
+                    meta={"kind": "window", "start_s": needle.start_s, "end_s": needle.end_s},
+                )
+            )
+        label = f"{n1.name}, then {n2.name}"
+        wrong = {f"{n2.name}, then {n1.name}"}
+        while len(wrong) < 3:
+            a, b = rng.choice(len(names), size=2, replace=False)
+            if {names[a], names[b]} != {n1.name, n2.name}:
+                wrong.add(f"{names[a]}, then {names[b]}")
+        options = [label, *sorted(wrong)]
+        rng.shuffle(options)
+        pairs.append(
+            Pair(
+                id=f"{spec.id}-cls",
+                task="classification",
+                query=vref(spec),
+                positive=Side(text=label),
+                candidates=tuple(Side(text=o) for o in options),
+                group=spec.group,
+                meta={"kind": "ordered"},
+            )
+        )
+        question = f"What colour is the {n1.shape}?"
+        others = [c for c in COLOURS if c not in (n1.colour, n2.colour)]
+        colour_options = [
+            n1.colour,
+            n2.colour,
+            *(others[i] for i in rng.choice(len(others), size=2, replace=False)),
+        ]
+        rng.shuffle(colour_options)
+        pairs.append(
+            Pair(
+                id=f"{spec.id}-qa-colour",
+                task="qa",
+                query=Side(text=question, video=vref(spec).video),
+                positive=Side(text=n1.colour),
+                candidates=tuple(Side(text=c) for c in colour_options),
+                group=spec.group,
+                meta={"kind": "colour"},
+            )
+        )
+        pairs.append(
+            Pair(
+                id=f"{spec.id}-qa-first",
+                task="qa",
+                query=Side(text="Which shape appears first?", video=vref(spec).video),
+                positive=Side(text=n1.shape),
+                candidates=tuple(Side(text=s) for s in SHAPES),
+                group=spec.group,
+                meta={"kind": "first"},
+            )
+        )
+    return pairs
+
+
+def make_synthetic(
+    out_dir: str | os.PathLike, config: SyntheticConfig = SyntheticConfig()
+) -> dict[str, Path]:
+    """Write videos/*.mp4, {train,val,test}.jsonl and synthetic.json (the needles' ground truth)."""
+    from indexer.video import write_video
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(config.seed)
+    splits = {
+        "train": _plan_videos(config, rng, config.train_videos, "tr"),
+        "val": _plan_videos(config, rng, config.val_videos, "va"),
+        "test": _plan_videos(config, rng, config.test_videos, "te"),
+    }
+    written: dict[str, Path] = {}
+    truth = {"config": asdict(config), "videos": {}}
+    for split, specs in splits.items():
+        for i, spec in enumerate(specs):
+            seed = int(rng.integers(2**31))
+            frames = render_video(spec, size=config.size, fps=config.fps, seed=seed)
+            write_video(out / spec.path, frames, fps=config.fps)
+            truth["videos"][spec.id] = {
+                "split": split,
+                "path": spec.path,
+                "duration_s": spec.duration_s,
+                "needles": [asdict(n) for n in spec.needles],
+            }
+            logger.debug("wrote %s (%d/%d of %s)", spec.path, i + 1, len(specs), split)
+        pairs = _pairs_for_split(config, specs, out, rng)
+        written[split] = write_pairs(out / f"{split}.jsonl", pairs)
+        logger.info("%s: %d videos, %d pairs", split, len(specs), len(pairs))
+    (out / "synthetic.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return written
