@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-synthetic": ("training.cli_synthetic", "write synthetic needle-in-a-haystack videos and JSONL"),
     "train": ("training.cli_train", "train a streaming head on query-positive pairs (QASLR recipe)"),
     "eval": ("training.cli_eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
+    "eval-search": ("training.cli_search_eval", "Table 4: retrieval through the search service, four modes"),
 }
 
 

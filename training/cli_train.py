@@ -73,6 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--eval-every", type=int, default=0, help="validate every N steps (0: at the end)")
     o.add_argument("--checkpoint-every", type=int, default=50, help="save checkpoint.pt every N steps")
     o.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint.pt in --out")
+    o.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="only encode the feature cache for --data/--val (e.g. before several runs in parallel)",
+    )
     g = p.add_argument_group("optional early-exit gate (§A.10), trained after the embedding")
     g.add_argument("--gate-epochs", type=int, default=0, help="train the gate for N epochs (0: no gate)")
     g.add_argument("--gate-lr", type=float, default=1e-3)
@@ -102,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
         (out / "checkpoint.pt").unlink()
     cache_root = Path(args.cache) if args.cache else default_cache(args.data)
     store = open_store(args, train_pairs + val_pairs, cache_root=cache_root)
+    if args.prepare_only:
+        print(
+            f"feature cache ready: {store.directory} ({len(store.evidence)} items, {len(store.texts)} texts)"
+        )
+        return 0
     if args.init_head:
         model = load_model(args.init_head)
     else:

@@ -289,7 +289,8 @@ def _pairs_for_split(
 def make_synthetic(
     out_dir: str | os.PathLike, config: SyntheticConfig = SyntheticConfig()
 ) -> dict[str, Path]:
-    """Write videos/*.mp4, {train,val,test}.jsonl and synthetic.json (the needles' ground truth)."""
+    """Write videos/*.mp4, {train,val,test}.jsonl (pairs), {train,val,test}_videos.jsonl (indexer
+    manifests) and synthetic.json (the needles' ground truth)."""
     from indexer.video import write_video
 
     out = Path(out_dir).resolve()
@@ -316,6 +317,11 @@ def make_synthetic(
             logger.debug("wrote %s (%d/%d of %s)", spec.path, i + 1, len(specs), split)
         pairs = _pairs_for_split(config, specs, out, rng)
         written[split] = write_pairs(out / f"{split}.jsonl", pairs)
+        # The split's videos as an `indexer build` manifest (for end-to-end search evaluation).
+        with open(out / f"{split}_videos.jsonl", "w", encoding="utf-8") as f:
+            for spec in specs:
+                meta = {"split": split, "group": spec.group}
+                f.write(json.dumps({"id": spec.id, "path": spec.path, "metadata": meta}) + "\n")
         logger.info("%s: %d videos, %d pairs", split, len(specs), len(pairs))
     (out / "synthetic.json").write_text(json.dumps(truth, indent=1) + "\n")
     return written

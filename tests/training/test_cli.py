@@ -49,3 +49,55 @@ def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, capsys):
     assert code == 2
     assert "bad.jsonl:1: missing 'positive'" in capsys.readouterr().out
     assert not (tmp_path / "o").exists()
+
+
+def test_eval_search_runs_the_four_table4_modes(synthetic_set, tiny_checkpoint, tiny_head, tmp_path, capsys):
+    from indexer.cli import main as indexer_main
+
+    source = str(synthetic_set / "test_videos.jsonl")
+    common = ["--model", str(tiny_checkpoint), "--frames", "8", "--clip-len", "2", "--max-evidence", "32"]
+    assert (
+        indexer_main(
+            [
+                "build",
+                source,
+                "--index",
+                str(tmp_path / "one"),
+                "--embedder",
+                "oneshot",
+                *common,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert (
+        indexer_main(
+            [
+                "build",
+                source,
+                "--index",
+                str(tmp_path / "qa"),
+                "--head",
+                str(tiny_head),
+                *common,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    report = tmp_path / "e2e.json"
+    args = ["eval-search", "--data", str(synthetic_set / "test.jsonl"), "--model", str(tiny_checkpoint)]
+    args += ["--index", f"single-round={tmp_path / 'one'}", "--index", f"QASLR={tmp_path / 'qa'}:{tiny_head}"]
+    assert main([*args, "--shortlist", "2", "--frames", "8", "--device", "cpu", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    for row in ("Uniform, single-round", "Uniform, QASLR", "Two-stage, single-round", "Two-stage, QASLR"):
+        assert f"| {row} |" in out
+    result = json.loads(report.read_text())
+    for name in ("single-round", "QASLR"):
+        r = result[name]
+        assert r["queries"] == 12 and r["videos"] == 4
+        # A stage-1 miss stays a miss: final Hit@1 can never exceed stage-1 recall.
+        assert r["rerank"]["hit@1"] <= r["rerank"]["stage1_recall@R"] <= 1.0
+        assert r["rerank"]["latency_s"] > 0
