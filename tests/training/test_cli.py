@@ -51,7 +51,9 @@ def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_eval_search_runs_the_four_table4_modes(synthetic_set, tiny_checkpoint, tiny_head, tmp_path, capsys):
+def test_eval_search_runs_the_four_table4_modes(
+    synthetic_set, tiny_checkpoint, tiny_head, feature_store, tmp_path, capsys
+):
     from indexer.cli import main as indexer_main
 
     source = str(synthetic_set / "test_videos.jsonl")
@@ -101,3 +103,14 @@ def test_eval_search_runs_the_four_table4_modes(synthetic_set, tiny_checkpoint, 
         # A stage-1 miss stays a miss: final Hit@1 can never exceed stage-1 recall.
         assert r["rerank"]["hit@1"] <= r["rerank"]["stage1_recall@R"] <= 1.0
         assert r["rerank"]["latency_s"] > 0
+    # The cached training features and the indexer agree: Recall@k over the split computed from the
+    # feature cache equals the service's uniform (indexed) Hit@1 and its stage-1 recall@R.
+    from training.aggregators import load_model
+    from training.data import load_pairs
+    from training.evaluate import recall_at_k
+
+    rec = recall_at_k(
+        load_model(tiny_head), feature_store, load_pairs(synthetic_set / "test.jsonl"), ks=(1, 2)
+    )
+    assert rec["recall@1"] == result["QASLR"]["indexed"]["hit@1"]
+    assert rec["recall@2"] == result["QASLR"]["rerank"]["stage1_recall@R"]
