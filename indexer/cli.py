@@ -31,6 +31,8 @@ import sqlite3
 import sys
 import time
 
+from qaslr.logs import configure_logging
+
 logger = logging.getLogger("indexer")
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
@@ -258,11 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its CPU-feature probing is noise here
+    configure_logging(args.log_level)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
@@ -403,15 +401,10 @@ def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
     from tqdm import tqdm
 
     from indexer.pipeline import Builder, BuildOptions
-    from models.streaming import StreamingConfig, VideoEncoder
+    from models.streaming import VideoEncoder
 
     m = writer.manifest
-    config = StreamingConfig(
-        max_frames=m.max_frames,
-        clip_len=m.clip_len,
-        max_evidence=m.max_evidence,
-        clip_batch_size=args.clip_batch,
-    )
+    config = m.streaming_config(clip_batch_size=args.clip_batch)
     try:
         encoder = VideoEncoder(backbone, head, config=config, instruction=m.instruction)
     except ValueError as exc:  # head and backbone sizes disagree

@@ -108,6 +108,18 @@ class Manifest:
             raise IndexFormatError(f"manifest.json lacks {sorted(missing)}")
         return cls(**{k: v for k, v in data.items() if k in names})
 
+    def streaming_config(self, *, clip_batch_size: int = 8):
+        """The K, L, M this index was built with, as the encoder's config (queries and stage 2 must
+        encode exactly as the build did); ``clip_batch_size`` is a throughput knob, not recorded."""
+        from models.streaming import StreamingConfig
+
+        return StreamingConfig(
+            max_frames=self.max_frames,
+            clip_len=self.clip_len,
+            max_evidence=self.max_evidence,
+            clip_batch_size=clip_batch_size,
+        )
+
     def build_settings(self) -> dict:
         """The fields that must agree for two builds to write into the same index."""
         keys = (

@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 from transformers import AutoProcessor, Qwen3VLConfig, Qwen3VLModel
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLPreTrainedModel
 from transformers.video_utils import VideoMetadata
@@ -95,7 +94,7 @@ def pick_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> 
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def _resolve(model: str | os.PathLike) -> tuple[str, Path | None]:
+def resolve_model_source(model: str | os.PathLike) -> tuple[str, Path | None]:
     """A local directory if one exists, else the hub id (resolved through the Hugging Face cache)."""
     path = Path(model).expanduser()
     if path.is_dir():
@@ -114,10 +113,9 @@ def _resolve(model: str | os.PathLike) -> tuple[str, Path | None]:
 
 
 def checkpoint_fingerprint(directory: Path) -> str:
-    """Hash of config.json and every safetensors header (names, shapes, dtypes, offsets): cheap and
-    changes whenever the architecture or the stored tensors' layout do. Random weights with the same
-    shapes are told apart by the header's metadata-free byte offsets only if sizes differ, so the
-    generator's seed, recorded in qaslr_backbone.json, is hashed too."""
+    """Identity of a checkpoint without reading its weights: a hash of config.json, every safetensors
+    header (names, shapes, dtypes, offsets) and file size. Headers do not change when only the weight
+    values do, so generated checkpoints also hash qaslr_backbone.json, which records their seed."""
     h = hashlib.sha256()
     for name in ("config.json", "qaslr_backbone.json"):
         if (directory / name).exists():
@@ -306,7 +304,7 @@ def load_backbone(
     revision: str | None = None,
 ) -> Backbone:
     """Load Qwen3-VL-Embedding from a hub id (default ``Qwen/Qwen3-VL-Embedding-2B``) or a local directory."""
-    source, local = _resolve(model)
+    source, local = resolve_model_source(model)
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
     try:
@@ -357,7 +355,3 @@ def _snapshot_dir(repo_id: str, revision: str | None) -> str:
     from huggingface_hub import snapshot_download
 
     return snapshot_download(repo_id, revision=revision, local_files_only=True)
-
-
-def freeze(module: nn.Module) -> nn.Module:
-    return module.eval().requires_grad_(False)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
+
+from qaslr.logs import configure_logging
 
 # name -> (module, one-line help). Modules are imported when the parser is built; they must keep
 # their top level light (argparse only).
@@ -43,10 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level)
     return int(args._run(args) or 0)
 
 

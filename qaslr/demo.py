@@ -69,10 +69,10 @@ def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
     the Hugging Face cache, then the hub; falls back to a generated tiny checkpoint."""
     from transformers import AutoConfig
 
-    from models.backbone import BackboneNotFoundError, _resolve
+    from models.backbone import BackboneNotFoundError, resolve_model_source
 
     try:
-        source, local = _resolve(model)
+        source, local = resolve_model_source(model)
         try:
             AutoConfig.from_pretrained(source, local_files_only=True)
             return model, False
@@ -113,7 +113,7 @@ def make_sample_videos(directory: Path, count: int, *, seed: int = 0) -> Path:
         colour, shape, category = SAMPLE_EVENTS[i % len(SAMPLE_EVENTS)]
         duration = float(rng.uniform(20, 45))
         start = float(rng.uniform(2, duration - 5))
-        # the second needle is a faint repeat of the first, so both slots of VideoSpec are used
+        # VideoSpec holds two needles; the demo has one event per video, drawn twice at the same time
         needle = Needle(colour, shape, start, start + 2.5, 0)
         spec = VideoSpec(f"sample-{i:02d}", "", duration, (needle, needle), f"g{i}")
         frames = render_video(spec, size=128, fps=8.0, seed=seed + i)

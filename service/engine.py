@@ -35,7 +35,7 @@ class Engine:
         import threading
 
         from indexer.store import IndexReader
-        from models.streaming import StreamingConfig, VideoEncoder
+        from models.streaming import VideoEncoder
         from service.searcher import Searcher
 
         path = Path(directory or self.settings.index).resolve()
@@ -51,12 +51,7 @@ class Engine:
                     f"the new index embeds to {m.embed_dim}, the backbone to {backbone.embed_dim}"
                 )
             encoder = self.encoder
-            config = StreamingConfig(
-                max_frames=m.max_frames,
-                clip_len=m.clip_len,
-                max_evidence=m.max_evidence,
-                clip_batch_size=self.settings.clip_batch_size,
-            )
+            config = m.streaming_config(clip_batch_size=self.settings.clip_batch_size)
             if config != encoder.config or m.instruction != encoder.instruction:
                 encoder = VideoEncoder(backbone, encoder.head, config=config, instruction=m.instruction)
             searcher = Searcher(
@@ -101,7 +96,7 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
     head it was built with, refuse a mismatched model, and wire up the cache and the searcher."""
     from indexer.store import IndexReader
     from models.backbone import load_backbone
-    from models.streaming import StreamingConfig, VideoEncoder
+    from models.streaming import VideoEncoder
     from service.cache import make_cache
     from service.searcher import Searcher
 
@@ -144,12 +139,7 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         encoder = VideoEncoder(
             backbone,
             head,
-            config=StreamingConfig(
-                max_frames=m.max_frames,
-                clip_len=m.clip_len,
-                max_evidence=m.max_evidence,
-                clip_batch_size=settings.clip_batch_size,
-            ),
+            config=m.streaming_config(clip_batch_size=settings.clip_batch_size),
             instruction=m.instruction,
         )
         cache = make_cache(settings, on_error=on_cache_error)

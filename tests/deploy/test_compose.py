@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+
+from tests.helpers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,12 +152,6 @@ def test_env_example_documents_every_setting():
 # -- the compose commands, run natively ------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _substitute(value: str, env: dict[str, str]) -> str:
     """Compose-style ${VAR:-default} / ${VAR:?err} / ${VAR} interpolation."""
 
@@ -199,7 +192,7 @@ def test_compose_commands_run_natively(compose, tmp_path, tiny_checkpoint, sampl
     shutil.copytree(sample_videos, videos)
     (data / "index").mkdir(parents=True)
     mapping = {"/videos": videos, "/data/index": data / "index", "/cache/huggingface": tmp_path / "hf"}
-    port = _free_port()
+    port = free_port()
     user_env = {"QASLR_MODEL": str(tiny_checkpoint), "QASLR_DEVICE": "cpu", "QASLR_API_KEYS": "k1,k2"}
     base = {k: v for k, v in os.environ.items() if not k.startswith("QASLR_") and k != "REDIS_URL"}
     base.update(OMP_NUM_THREADS="1", HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
@@ -216,22 +209,8 @@ def test_compose_commands_run_natively(compose, tmp_path, tiny_checkpoint, sampl
     env["REDIS_URL"] = env["REDIS_URL"].replace("redis://redis:", "redis://127.0.0.1:")
     command = [part if part != "8000" else str(port) for part in command]
     command = [part if part != "0.0.0.0" else "127.0.0.1" for part in command]
-    proc = subprocess.Popen(
-        command, env={**base, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read()[-2000:]
-            time.sleep(0.5)
-        else:
-            pytest.fail("api never became ready")
+    with ServerProcess(command, env={**base, **env}, port=port) as server:
+        url = server.url
         # the compose deployment requires API keys
         assert httpx.post(f"{url}/search", json={"query": "a red ball"}, timeout=60).status_code == 401
         r = httpx.post(
@@ -244,9 +223,3 @@ def test_compose_commands_run_natively(compose, tmp_path, tiny_checkpoint, sampl
         body = r.json()
         assert 1 <= len(body["results"]) <= 2
         assert body["results"][0]["evidence"]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.helpers import free_port
 
 NUM_VIDEOS = 8
 BUILD_FLAGS = ["-K", "16", "-L", "4", "--bank-per-second", "4", "--no-progress", "--workers", "1"]
@@ -80,12 +81,6 @@ def make_settings(tiny_checkpoint, tiny_head, qaslr_index):
         return Settings(**values)
 
     return make
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ import uuid
 import numpy as np
 import pytest
 
-from tests.service.conftest import free_port, live_server
+from tests.helpers import free_port
+from tests.service.conftest import live_server
 
 QUERY = "a red block slides across the sea"
 SHARED_REDIS = "redis://127.0.0.1:6379/0"

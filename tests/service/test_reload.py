@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,8 @@ import httpx
 import pytest
 
 from indexer.publish import PublishError, publish
-from tests.service.conftest import _build, free_port, live_server
+from tests.helpers import ServerProcess, free_port
+from tests.service.conftest import _build, live_server
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +92,11 @@ def test_sighup_reloads_under_qaslr_serve(tmp_path, tiny_checkpoint, tiny_head, 
         str(Path(sys.executable).parent / "qaslr"), "serve", "--index", str(current), "--model", str(tiny_checkpoint),
         "--head", str(tiny_head), "--port", str(port),
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+    with ServerProcess(cmd, env=env, port=port, ready_timeout=90) as server:
+        url = server.url
         assert httpx.get(f"{url}/readyz").json()["videos"] == 8
         publish(small_index, current)
-        proc.send_signal(signal.SIGHUP)
+        server.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 30
         while httpx.get(f"{url}/readyz").json()["videos"] != 3:
             assert time.monotonic() < deadline, "SIGHUP did not reload the index"
@@ -115,9 +105,3 @@ def test_sighup_reloads_under_qaslr_serve(tmp_path, tiny_checkpoint, tiny_head, 
             httpx.post(f"{url}/search", json={"query": "x", "mode": "indexed"}, timeout=30).text
         )
         assert {h["video_id"] for h in body["results"]} == {"vid0", "vid1", "vid2"}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()

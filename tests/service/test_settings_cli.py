@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.service.conftest import free_port
+from tests.helpers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,29 +71,15 @@ def test_qaslr_serve_cli(qaslr_index, tiny_checkpoint, tiny_head):
         str(tiny_head),
     ]
     cmd += ["--port", str(port), "--api-key", "cli-key", "--max-frames", "8", "--default-frames", "4"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            while True:
-                assert proc.poll() is None, proc.stdout.read()[-3000:]
-                assert time.monotonic() < deadline, "qaslr serve did not become ready"
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
+    with ServerProcess(cmd, env=env, port=port, ready_timeout=90) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             r = client.post("/search", json={"query": "a block"}, headers={"X-API-Key": "cli-key"})
             assert r.status_code == 200 and r.json()["frames"] == 4
             r = client.post(
                 "/search", json={"query": "a block", "frames": 9}, headers={"X-API-Key": "cli-key"}
             )
             assert r.status_code == 422 and r.json()["error"]["field"] == "frames"
-    finally:
-        proc.terminate()
-        out = proc.communicate(timeout=30)[0]
-    assert "RANDOM WEIGHTS" in out  # the plain warning that rankings are meaningless
+    assert "RANDOM WEIGHTS" in server.output  # the plain warning that rankings are meaningless
 
 
 def test_qaslr_serve_without_index_is_a_usage_error(monkeypatch, capsys):

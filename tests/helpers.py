@@ -1,0 +1,75 @@
+"""Helpers for tests that run the service as a real process on a loopback port."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """``with ServerProcess(cmd, env=env, port=port) as server:`` starts ``cmd``, waits until
+    ``/readyz`` answers 200 (failing with the process output if it exits or times out), and on exit
+    stops it with ``stop_signal``; ``server.output`` then holds everything it printed. Output goes to
+    a temporary file, so a chatty server never blocks on a full pipe."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        *,
+        env: dict[str, str],
+        port: int,
+        ready_timeout: float = 120.0,
+        stop_signal: int = signal.SIGTERM,
+    ):
+        self.cmd, self.env, self.ready_timeout, self.stop_signal = cmd, env, ready_timeout, stop_signal
+        self.url = f"http://127.0.0.1:{port}"
+        self.output = ""
+
+    def __enter__(self) -> ServerProcess:
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, text=True
+        )
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.output[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(
+                    f"the server was not ready in {self.ready_timeout:g} s:\n{self.output[-3000:]}"
+                )
+            time.sleep(0.3)
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(self.stop_signal)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.seek(0)
+        self.output = self._log.read()
+        self._log.close()
+        return self.output
