@@ -62,7 +62,7 @@ def _codecs() -> dict[str, tuple[Callable[[np.ndarray], bytes], Callable[[bytes,
 
 
 def _synthetic_video(directory: Path) -> Path:
-    from indexer.video import write_video
+    from world.media import write_video
 
     rng = np.random.default_rng(0)
     h, w, n = 240, 320, 192
@@ -100,6 +100,7 @@ def measure(frames: np.ndarray, codecs) -> list[tuple[str, float, float, float, 
 
 def main() -> None:
     from indexer.video import decode_frames, probe_video
+    from models.backbone import working_size
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -115,8 +116,9 @@ def main() -> None:
             info = probe_video(video)
             indices = np.linspace(0, info.num_frames - 1, args.frames).astype(np.int64)
             for size in args.size:
-                frames = decode_frames(video, indices, size=size)
-                print(f"\n{video.name} ({info.width}x{info.height}), {len(frames)} frames at {size}x{size}:")
+                frames = decode_frames(video, indices, size=working_size(info.width, info.height, size))
+                h, w = frames.shape[1:3]
+                print(f"\n{video.name} ({info.width}x{info.height}), {len(frames)} frames at {w}x{h}:")
                 print("| encoding | KiB/frame | ratio vs raw | encode ms | decode ms | exact | max abs err |")
                 print("| --- | ---: | ---: | ---: | ---: | --- | ---: |")
                 for name, kib, ratio, enc_ms, dec_ms, exact, err in measure(frames, codecs):

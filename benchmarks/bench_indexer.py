@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def make_corpus(
     root: Path, *, videos: int, min_s: float, max_s: float, fps: float, size: tuple[int, int], seed: int
 ):
-    from indexer.video import write_video
+    from world.media import write_video
 
     rng = np.random.default_rng(seed)
     width, height = size
@@ -67,11 +67,19 @@ def _frames(n: int, width: int, height: int, *, seed: int):
         yield f
 
 
-def pyav_decode(path: Path, indices: np.ndarray, *, size: int) -> np.ndarray:
+def _source_size(path: Path) -> tuple[int, int]:
+    from indexer.video import probe_video
+
+    info = probe_video(path)
+    return info.width, info.height
+
+
+def pyav_decode(path: Path, indices: np.ndarray, *, size: tuple[int, int]) -> np.ndarray:
     """PyAV: seek (to the keyframe before) targets that are far ahead, else decode forward."""
     import av
 
-    out = np.empty((len(indices), size, size, 3), np.uint8)
+    width, height = size
+    out = np.empty((len(indices), height, width, 3), np.uint8)
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         stream.codec_context.thread_count = 1  # like decord's num_threads=1
@@ -87,7 +95,7 @@ def pyav_decode(path: Path, indices: np.ndarray, *, size: int) -> np.ndarray:
             while current < target:
                 frame = next(frames)
                 current = round(frame.pts * tb * fps)
-            out[i] = frame.to_ndarray(width=size, height=size, format="rgb24")
+            out[i] = frame.to_ndarray(width=width, height=height, format="rgb24")
     return out
 
 
@@ -153,7 +161,7 @@ def main(argv=None) -> int:
     encoder = VideoEncoder(backbone, head, config=config)
     items = discover(corpus)
     size = backbone.frame_size
-    dec_kw = dict(size=size, max_frames=args.frames, bank_per_second=1.0, bank_max=256)
+    dec_kw = dict(frame_shape=backbone.frame_shape, max_frames=args.frames, bank_per_second=1.0, bank_max=256)
 
     # 1. decode alone (same pool as the build)
     t, c = time.perf_counter(), time.process_time()
@@ -204,10 +212,11 @@ def main(argv=None) -> int:
     ref, alt = [], []
     for path, idx in requests:  # interleaved, so that load from other processes hits both alike
         t = time.perf_counter()
-        ref.append(decode_frames(path, idx, size=size))
+        shape = backbone.frame_shape(*_source_size(path))
+        ref.append(decode_frames(path, idx, size=shape))
         t_decord += time.perf_counter() - t
         t = time.perf_counter()
-        alt.append(pyav_decode(path, idx, size=size))
+        alt.append(pyav_decode(path, idx, size=shape))
         t_pyav += time.perf_counter() - t
     diff = max(
         float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()) for a, b in zip(ref, alt, strict=True)

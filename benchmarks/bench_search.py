@@ -64,9 +64,9 @@ def _frames(n: int, seed: int, w: int = 160, h: int = 120) -> np.ndarray:
 
 
 def build_corpus(root: Path, num_videos: int) -> tuple[Path, Path, Path]:
-    from indexer.video import write_video
     from models.checkpoint import make_checkpoint
     from models.head import StreamingHeadConfig, create_head, save_head
+    from world.media import write_video
 
     ckpt = make_checkpoint(root / "ckpt", seed=0)
     head = root / "head"

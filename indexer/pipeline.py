@@ -163,7 +163,7 @@ class Decoded:
     item: SourceItem
     fingerprint: str = ""
     info: VideoInfo | None = None
-    frames: np.ndarray | None = None  # [U, S, S, 3] the union of uniform and candidate frames
+    frames: np.ndarray | None = None  # [U, h, w, 3] the union of uniform and candidate frames
     union: np.ndarray | None = None  # [U] source frame indices of ``frames``
     uniform: np.ndarray | None = None  # [K_V] positions of the K uniform frames in ``union``
     candidates: np.ndarray | None = None  # [C] positions of the candidate frames in ``union``
@@ -173,7 +173,7 @@ class Decoded:
 
 
 def decode_video(
-    item: SourceItem, *, size: int, max_frames: int, bank_per_second: float, bank_max: int
+    item: SourceItem, *, frame_shape, max_frames: int, bank_per_second: float, bank_max: int
 ) -> Decoded:
     """Probe and decode one video (runs in the decode pool). Never raises for bad input."""
     from models.selection import uniform_indices
@@ -190,7 +190,7 @@ def decode_video(
         uniform = uniform_indices(info.num_frames, max_frames)  # fewer than K for short videos
         cand = candidate_frame_indices(info, max_frames=bank_max, per_second=bank_per_second)
         union = np.union1d(uniform, cand)  # each frame decoded once
-        out.frames = decode_frames(item.path, union, size=size)
+        out.frames = decode_frames(item.path, union, size=frame_shape(info.width, info.height))
         out.union = union
         out.uniform = np.searchsorted(union, uniform)
         out.candidates = np.searchsorted(union, cand)
@@ -231,7 +231,6 @@ class Builder:
         m = writer.manifest
         if m.embed_dim != encoder.embed_dim:
             raise ValueError(f"index has embed_dim {m.embed_dim}, encoder embeds to {encoder.embed_dim}")
-        self.size = self.backbone.frame_size
 
     def run(
         self,
@@ -271,7 +270,7 @@ class Builder:
         committed = 0
 
         decode_kwargs = dict(
-            size=self.size,
+            frame_shape=self.backbone.frame_shape,
             max_frames=self.writer.manifest.max_frames,
             bank_per_second=opts.bank_per_second,
             bank_max=opts.bank_max_frames,
@@ -383,7 +382,7 @@ class Builder:
 
     def _embed_banks(self, group: list[Decoded]) -> list[np.ndarray]:
         """Candidate frames of all videos in the group, embedded as images in shared batches."""
-        frames = np.concatenate([d.frames[d.candidates] for d in group])  # [sum C, S, S, 3]
+        frames = [f for d in group for f in d.frames[d.candidates]]  # sum C frames [h_v, w_v, 3]
         out = np.empty((len(frames), self.writer.manifest.embed_dim), dtype=np.float16)
         step = max(1, self.options.image_batch)
         for s in range(0, len(frames), step):

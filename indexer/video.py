@@ -1,7 +1,7 @@
 """Probing and decoding source videos with decord (exact frames on random access; see NOTES.md).
 
-Frames are decoded straight to the backbone's working resolution (a ``size`` x ``size`` square,
-a multiple of 32) so that clips of different videos have one shape and batch together.
+Frames are decoded straight to the backbone's working size for each video: its aspect ratio kept,
+both sides multiples of 32, within the backbone's pixel budget (``models.backbone.working_size``).
 Frames are addressed by their index in the source video; nothing here copies frames to disk
 (paper §A.2).
 """
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from core.errors import summarize
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +46,16 @@ class VideoInfo:
         return np.asarray(frame_index, dtype=np.float64) / self.fps
 
 
-def _reader(path: str | os.PathLike, size: int | None = None):
+def _reader(path: str | os.PathLike, size: tuple[int, int] | None = None):
     import decord
 
     kwargs = {"num_threads": 1}
     if size is not None:
-        kwargs.update(width=size, height=size)
+        kwargs.update(width=int(size[0]), height=int(size[1]))
     try:
         return decord.VideoReader(str(path), ctx=decord.cpu(0), **kwargs)
     except Exception as exc:  # decord raises its own DECORDError / RuntimeError on bad input
-        raise VideoError(f"cannot open as video: {str(exc).splitlines()[0][:200]}") from exc
+        raise VideoError(f"cannot open as video: {summarize(exc)}") from exc
 
 
 def probe_video(path: str | os.PathLike) -> VideoInfo:
@@ -76,18 +78,20 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
     return VideoInfo(path=str(p), num_frames=int(n), fps=fps, width=int(width), height=int(height))
 
 
-def decode_frames(path: str | os.PathLike, indices, *, size: int) -> np.ndarray:
-    """Frames at ``indices`` resized to ``size`` x ``size`` -> [n, size, size, 3] uint8."""
+def decode_frames(path: str | os.PathLike, indices, *, size: tuple[int, int]) -> np.ndarray:
+    """Frames at ``indices`` resized to ``size`` = (width, height), normally the backbone's working
+    size for this video (``Backbone.frame_shape``, aspect ratio kept) -> [n, height, width, 3] uint8."""
     indices = np.asarray(indices, dtype=np.int64)
+    width, height = (int(x) for x in size)
     if indices.size == 0:
-        return np.zeros((0, size, size, 3), dtype=np.uint8)
+        return np.zeros((0, height, width, 3), dtype=np.uint8)
     vr = _reader(path, size)
     if indices.min() < 0 or indices.max() >= len(vr):
         raise VideoError(f"frame index out of range 0..{len(vr) - 1}")
     try:
         frames = vr.get_batch(indices.tolist()).asnumpy()
     except Exception as exc:
-        raise VideoError(f"decoding failed: {str(exc).splitlines()[0][:200]}") from exc
+        raise VideoError(f"decoding failed: {summarize(exc)}") from exc
     return np.ascontiguousarray(frames, dtype=np.uint8)
 
 
@@ -118,29 +122,3 @@ def find_videos(root: str | os.PathLike) -> list[Path]:
     """Video files under ``root`` (recursive, by extension), in a stable sorted order."""
     root = Path(root)
     return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS)
-
-
-def write_video(path: str | os.PathLike, frames, *, fps: float = 24.0, codec: str = "mpeg4") -> Path:
-    """Encode frames ([n, H, W, 3] uint8 array or an iterable of such frames) to a video file with
-    PyAV. Used to generate sample, test and synthetic videos; H and W must be even."""
-    import fractions
-
-    import av
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), mode="w") as container:
-        stream = None
-        for frame in frames:
-            frame = np.ascontiguousarray(frame, dtype=np.uint8)
-            if stream is None:
-                stream = container.add_stream(codec, rate=fractions.Fraction(fps).limit_denominator(1000))
-                stream.height, stream.width = frame.shape[:2]
-                stream.pix_fmt = "yuv420p"
-                stream.options = {"qscale": "3"} if codec == "mpeg4" else {}
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        if stream is not None:
-            for packet in stream.encode():
-                container.mux(packet)
-    return path

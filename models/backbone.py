@@ -10,9 +10,11 @@ Conventions of the reference embedder (Qwen3-VL-Embedding):
 - public checkpoints wrap ``Qwen3VLModel`` as the attribute ``model`` (weight names ``model.*``),
   which :class:`Qwen3VLForEmbedding` mirrors, so public and generated checkpoints load identically.
 
-Frames arrive already decoded at the working resolution (``frame_size``, a multiple of 32), so the
-processor is called with ``do_resize=False`` and ``do_sample_frames=False``; the frame indices and
-fps travel as ``video_metadata`` so that the prompt's timestamps are the real ones.
+Frames arrive already decoded at their working size (:func:`working_size`: the video's aspect ratio
+kept, sides multiples of 32, within a ``frame_size``² pixel budget), so the processor is called with
+``do_resize=False`` and ``do_sample_frames=False``; frames of different sizes batch together (the
+vision tower packs variable grids). The frame indices and fps travel as ``video_metadata`` so that
+the prompt's timestamps are the real ones.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,6 +74,33 @@ class VideoClip:
     frames: np.ndarray  # [L, H, W, 3] uint8
     frame_indices: Sequence[int]  # indices into the source video, chronological
     fps: float
+
+
+PATCH_FACTOR = 32  # patch 16 x spatial merge 2: frame sides are multiples of this
+
+
+def working_size(width: int, height: int, frame_size: int) -> tuple[int, int]:
+    """(w, h) at which a ``width`` x ``height`` video reaches the backbone: both sides multiples of
+    32 (patch 16 x merge 2), at most ``frame_size``² pixels and as close to it as the rounding
+    allows, with the aspect ratio kept as well as that rounding can. Small videos are scaled up and
+    large ones down, so an event covers the same share of the vision tokens in any video, and a
+    circle reaches the backbone as a circle in portrait and landscape videos alike."""
+    if width <= 0 or height <= 0:
+        raise ValueError(f"frame size must be positive, got {width}x{height}")
+    f = PATCH_FACTOR
+    budget = frame_size * frame_size
+    scale = math.sqrt(budget / (width * height))
+    fw, fh = max(f, int(width * scale) // f * f), max(f, int(height * scale) // f * f)
+    aspect = math.log(width / height)
+    best = None
+    for w in (fw, fw + f):
+        for h in (fh, fh + f):
+            if w * h > budget and (w, h) != (fw, fh):
+                continue
+            key = (round(abs(math.log(w / h) - aspect), 6), -w * h)
+            if best is None or key < best[0]:
+                best = (key, (w, h))
+    return best[1]
 
 
 def normalize_instruction(instruction: str | None) -> str:
@@ -276,8 +306,12 @@ class Backbone:
         prompts = [self.render_prompt(text=t, instruction=instruction) for t in texts]
         return self.pool(self._forward(prompts))
 
-    def embed_images(self, frames: np.ndarray, *, instruction: str | None = None) -> torch.Tensor:
-        """Each frame [H, W, 3] uint8 embedded as an image -> [B, d]."""
+    def frame_shape(self, width: int, height: int) -> tuple[int, int]:
+        """(w, h) at which frames of a ``width`` x ``height`` video are decoded for this backbone."""
+        return working_size(width, height, self.frame_size)
+
+    def embed_images(self, frames: Sequence[np.ndarray], *, instruction: str | None = None) -> torch.Tensor:
+        """Each frame [H, W, 3] uint8 (sizes may differ) embedded as an image -> [B, d]."""
         images = [torch.from_numpy(np.ascontiguousarray(f)).permute(2, 0, 1) for f in frames]
         prompts = [self.render_prompt(image=True, instruction=instruction)] * len(images)
         return self.pool(self._forward(prompts, images=images))

@@ -109,6 +109,41 @@ PRESETS: dict[str, Preset] = {
         frame_size=64,
         dtype=torch.float32,
     ),
+    # The shapes-world backbone: small enough to train on a CPU, big enough to learn 8 colours x 4
+    # shapes (training/backbone.py trains it; the trained weights ship in training/tiny_world/).
+    "tiny-world": Preset(
+        name="tiny-world",
+        text=dict(
+            hidden_size=128,
+            intermediate_size=384,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            max_position_embeddings=8192,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [4, 6, 6],
+                "mrope_interleaved": True,
+            },
+        ),
+        vision=dict(
+            depth=4,
+            hidden_size=128,
+            intermediate_size=256,
+            num_heads=4,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=128,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=[1, 3],
+        ),
+        vocab_size=None,
+        frame_size=128,
+        dtype=torch.float32,
+    ),
     # Public Qwen3-VL-2B architecture (the Qwen3-VL-Embedding-2B backbone).
     "2b": Preset(
         name="2b",
@@ -179,15 +214,13 @@ _CORPUS_WORDS = (
 ).split()
 
 
-def _train_tokenizer(seed: int, vocab_size: int = 600):
-    """Byte-level BPE trained offline on a generated corpus, with the Qwen special tokens."""
-    import random
+def train_tokenizer(sentences, *, vocab_size: int = 600, lowercase: bool = False):
+    """Byte-level BPE trained offline on ``sentences``, with the Qwen special tokens."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    rng = random.Random(seed)
-    corpus = [" ".join(rng.choice(_CORPUS_WORDS) for _ in range(12)) for _ in range(2000)]
     tok = Tokenizer(models.BPE())
+    if lowercase:
+        tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -196,11 +229,18 @@ def _train_tokenizer(seed: int, vocab_size: int = 600):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.train_from_iterator(sentences, trainer=trainer)
     return tok
 
 
-def _build_processor(seed: int, directory: Path):
+def _random_corpus(seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(_CORPUS_WORDS) for _ in range(12)) for _ in range(2000)]
+
+
+def _build_processor(directory: Path, raw_tokenizer, vision: dict):
     from transformers import (
         PreTrainedTokenizerFast,
         Qwen2VLImageProcessor,
@@ -208,16 +248,19 @@ def _build_processor(seed: int, directory: Path):
         Qwen3VLVideoProcessor,
     )
 
-    raw = _train_tokenizer(seed)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw,
+        tokenizer_object=raw_tokenizer,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:],
         padding_side="right",
     )
     vision_kwargs = dict(
-        patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        patch_size=vision["patch_size"],
+        merge_size=vision["spatial_merge_size"],
+        temporal_patch_size=vision["temporal_patch_size"],
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
     )
     image_processor = Qwen2VLImageProcessor(
         size={"shortest_edge": 32 * 32, "longest_edge": 1280 * 32 * 32}, **vision_kwargs
@@ -262,8 +305,24 @@ def preset_config(preset: str, *, ids: dict[str, int] | None = None, vocab_size:
     return config
 
 
-def make_checkpoint(directory: str | Path, *, preset: str = "tiny", seed: int = 0) -> Path:
-    """Write a random Qwen3-VL-Embedding-shaped checkpoint directory; deterministic from ``seed``."""
+def make_checkpoint(
+    directory: str | Path,
+    *,
+    preset: str = "tiny",
+    seed: int = 0,
+    weights: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    info: dict | None = None,
+) -> Path:
+    """Write a Qwen3-VL-Embedding-shaped checkpoint directory of ``preset``.
+
+    Without ``weights`` the weights are random (deterministic from ``seed``) and the tokenizer is a
+    byte-level BPE trained on a small generated corpus. ``weights`` (a safetensors file of
+    :class:`~models.backbone.Qwen3VLForEmbedding`'s state dict) and ``tokenizer`` (a
+    ``tokenizer.json``) write a trained checkpoint instead; ``info`` goes into
+    ``qaslr_backbone.json`` beside the preset, the seed and the working frame size."""
+    from tokenizers import Tokenizer
+
     from models.backbone import Qwen3VLForEmbedding
 
     if preset not in PRESETS:
@@ -272,20 +331,33 @@ def make_checkpoint(directory: str | Path, *, preset: str = "tiny", seed: int = 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = _build_processor(seed, directory)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    config = preset_config(preset, ids=ids, vocab_size=spec.vocab_size or len(tokenizer))
+    raw = Tokenizer.from_file(str(tokenizer)) if tokenizer else train_tokenizer(_random_corpus(seed))
+    tok = _build_processor(directory, raw, spec.vision)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    config = preset_config(preset, ids=ids, vocab_size=spec.vocab_size or len(tok))
 
     torch.manual_seed(seed)
     with torch.device("cpu"):
         model = Qwen3VLForEmbedding(config).to(spec.dtype)
+    if weights is not None:
+        from safetensors.torch import load_file
+
+        state = load_file(str(weights))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"{weights} does not fit the {preset} preset: missing {sorted(missing)[:5]}, "
+                f"unexpected {sorted(unexpected)[:5]}"
+            )
     model.save_pretrained(str(directory), safe_serialization=True)
-    (directory / "qaslr_backbone.json").write_text(
-        json.dumps(
-            {"preset": preset, "seed": seed, "frame_size": spec.frame_size, "random_weights": True}, indent=2
-        )
-    )
+    hints = {"preset": preset, "seed": seed, "frame_size": spec.frame_size, "random_weights": weights is None}
+    hints.update(info or {})
+    (directory / "qaslr_backbone.json").write_text(json.dumps(hints, indent=2) + "\n")
     logger.info(
-        "wrote %s checkpoint (seed %d, %d parameters) to %s", preset, seed, model.num_parameters(), directory
+        "wrote %s checkpoint (%s, %d parameters) to %s",
+        preset,
+        "trained weights" if weights is not None else f"random, seed {seed}",
+        model.num_parameters(),
+        directory,
     )
     return directory

@@ -1,35 +1,33 @@
-"""The main job in one command: generate sample videos, index them, serve search.
+"""The main job in one command: sample videos, index them, serve search.
 
 Steps (each is skipped when its output already exists, so a second run starts in seconds):
   1. backbone: QASLR_MODEL / --model (default Qwen/Qwen3-VL-Embedding-2B) when it can be loaded
-     from a local directory or the Hugging Face cache/hub; otherwise a tiny random checkpoint is
-     generated under the work directory and every log line says the rankings are meaningless;
-  2. sample videos: short generated videos with brief coloured-shape events ("a red square appears")
-     and a JSONL manifest with metadata (title, category, year) for filters;
+     from a local directory or the Hugging Face cache/hub; otherwise the shapes-world backbone
+     (``tiny-world``, trained weights that ship with the project) is written under the work
+     directory. It sees the shapes world: its rankings of the sample videos are real, but it knows
+     nothing of real video;
+  2. sample videos: shapes-world videos of 1-2 minutes, each a grey haystack with one brief
+     coloured-shape event ("a red square appears"), all events distinct, and a JSONL manifest;
   3. `indexer build` over the manifest (one-shot embeddings, or QASLR with --head/QASLR_HEAD);
-  4. `qaslr serve` on --host/--port (default 127.0.0.1:8000); docs at /docs.
+  4. `qaslr serve` on --host/--port (default 127.0.0.1:8000); the page at /, docs at /docs.
 No Redis and no GPU needed (REDIS_URL unset = in-process frame cache)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from pathlib import Path
 
+from core.errors import summarize
+
 logger = logging.getLogger(__name__)
 
-SAMPLE_EVENTS = [
-    ("red", "square", "sports"),
-    ("blue", "circle", "nature"),
-    ("green", "triangle", "lecture"),
-    ("yellow", "bar", "sports"),
-    ("magenta", "circle", "nature"),
-    ("cyan", "square", "lecture"),
-    ("orange", "triangle", "sports"),
-    ("white", "bar", "nature"),
-]
+# The sample corpus: world videos of 1-2 minutes, each with one brief event, all events distinct.
+SAMPLE_CORPUS = dict(
+    min_duration_s=60.0, max_duration_s=120.0, fps=(6.0, 8.0), short_side=(96, 160), prefix="sample-", seed=0
+)
+SUGGESTIONS = 3  # example queries printed (each names one sample video's event)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--head", default=None, help="trained streaming head directory (QASLR_HEAD); default one-shot"
     )
-    p.add_argument("--videos", type=int, default=8, help="number of sample videos (default 8)")
+    p.add_argument("--videos", type=int, default=8, help="number of sample videos, 1-32 (default 8)")
     p.add_argument("--host", default=None, help="bind address (QASLR_HOST, default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (QASLR_PORT, default 8000)")
     p.add_argument("--no-serve", action="store_true", help="stop after building the index")
@@ -65,8 +63,8 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
-    """(model to use, is_random). Looks for the requested backbone's config in a local directory,
-    the Hugging Face cache, then the hub; falls back to a generated tiny checkpoint."""
+    """(model to use, is_world_backbone). Looks for the requested backbone's config in a local
+    directory, the Hugging Face cache, then the hub; falls back to the shapes-world backbone."""
     from transformers import AutoConfig
 
     from models.backbone import BackboneNotFoundError, resolve_model_source
@@ -82,71 +80,37 @@ def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
         AutoConfig.from_pretrained(source)
         return model, False
     except (BackboneNotFoundError, OSError, ValueError) as exc:
-        logger.warning("backbone %r is not available here (%s)", model, str(exc).splitlines()[0][:200])
-    from models.checkpoint import make_checkpoint
+        logger.warning("backbone %r is not available here (%s)", model, summarize(exc))
+    from training.backbone import tiny_world_checkpoint
 
-    tiny = workdir / "tiny-checkpoint"
-    if not (tiny / "config.json").exists():
-        make_checkpoint(tiny, preset="tiny", seed=0)
+    world = workdir / "tiny-world"
+    if not (world / "config.json").exists():
+        tiny_world_checkpoint(world)
     logger.warning(
-        "USING A GENERATED TINY RANDOM CHECKPOINT (%s): everything runs end to end, but its RANKINGS ARE "
-        "MEANINGLESS. Point QASLR_MODEL at the real Qwen3-VL-Embedding weights for real results.",
-        tiny,
+        "USING THE SHAPES-WORLD BACKBONE (%s): a tiny model trained to see coloured shapes on grey. Its "
+        "rankings of the sample videos are real; it knows nothing of real video. Point QASLR_MODEL at the "
+        "real Qwen3-VL-Embedding weights for real video.",
+        world,
     )
-    return str(tiny), True
-
-
-def make_sample_videos(directory: Path, count: int, *, seed: int = 0) -> Path:
-    """Generated sample videos (20-45 s, 128 px, 8 fps) with one event each, plus videos.jsonl."""
-    import numpy as np
-
-    from indexer.video import write_video
-    from training.synthetic import Needle, VideoSpec, render_video
-
-    manifest = directory / "videos.jsonl"
-    if manifest.exists():
-        return manifest
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    lines = []
-    for i in range(count):
-        colour, shape, category = SAMPLE_EVENTS[i % len(SAMPLE_EVENTS)]
-        duration = float(rng.uniform(20, 45))
-        start = float(rng.uniform(2, duration - 5))
-        # VideoSpec holds two needles; the demo has one event per video, drawn twice at the same time
-        needle = Needle(colour, shape, start, start + 2.5, 0)
-        spec = VideoSpec(f"sample-{i:02d}", "", duration, (needle, needle), f"g{i}")
-        frames = render_video(spec, size=128, fps=8.0, seed=seed + i)
-        path = write_video(directory / f"sample-{i:02d}.mp4", frames, fps=8.0)
-        lines.append(
-            {
-                "id": spec.id,
-                "path": path.name,
-                "metadata": {
-                    "title": f"a {colour} {shape} appears",
-                    "category": category,
-                    "year": 2020 + i % 5,
-                    "event_start_s": round(start, 2),
-                },
-            }
-        )
-    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    logger.info("wrote %d sample videos and %s", count, manifest)
-    return manifest
+    return str(world), True
 
 
 def run(args: argparse.Namespace) -> int:
     from indexer.cli import main as indexer_main
+    from world.corpus import CorpusConfig, make_corpus
 
+    if not 1 <= args.videos <= 32:
+        logger.error("--videos must be between 1 and 32 (the sample events are distinct)")
+        return 2
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     requested = args.model or os.environ.get("QASLR_MODEL") or "Qwen/Qwen3-VL-Embedding-2B"
-    model, random_weights = resolve_backbone(requested, workdir)
+    model, world_backbone = resolve_backbone(requested, workdir)
     head = args.head or os.environ.get("QASLR_HEAD") or None
-    manifest = make_sample_videos(workdir / "videos", args.videos)
+    corpus = make_corpus(workdir / "videos", CorpusConfig(videos=args.videos, **SAMPLE_CORPUS), progress=True)
 
     index = workdir / ("index-qaslr" if head else "index-oneshot") / Path(model).name
-    build = ["build", str(manifest), "--index", str(index), "--model", model]
+    build = ["build", str(corpus.manifest), "--index", str(index), "--model", model]
     build += ["--head", head] if head else ["--embedder", "oneshot"]
     code = indexer_main(build)
     if code not in (0, None):
@@ -164,14 +128,18 @@ def run(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.port:
         overrides["port"] = args.port
-    if random_weights and "QASLR_DEFAULT_FRAMES" not in os.environ:
-        overrides["default_frames"] = 16  # keep the CPU demo snappy
     settings = Settings(**overrides)
-    print(
-        f"\nserving {index} on http://{settings.host}:{settings.port}  (docs: /docs)\n"
-        f"try: curl -s http://{settings.host}:{settings.port}/search -H 'content-type: application/json' "
-        '-d \'{"query": "a red square appears", "top_k": 3}\'\n'
-        + ("RANDOM TINY CHECKPOINT: the rankings are meaningless.\n" if random_weights else "")
-    )
+    url = f"http://{settings.host}:{settings.port}"
+    lines = [f"\nserving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
+    for query, video_id in corpus.queries()[:SUGGESTIONS]:
+        lines.append(
+            f"  curl -s {url}/search -H 'content-type: application/json' "
+            f'-d \'{{"query": "{query}", "top_k": 3}}\'    # expect {video_id} first'
+        )
+    if world_backbone:
+        lines.append(
+            "SHAPES-WORLD BACKBONE: real rankings inside the shapes world only; use real weights for real video."
+        )
+    print("\n".join(lines) + "\n", flush=True)
     serve(settings)
     return 0

@@ -55,9 +55,9 @@ _HEADER = struct.Struct("<2sBHHH")  # magic, codec, height, width, channels
 CODEC_RAW, CODEC_LZ4, CODEC_ZLIB = 0, 1, 2
 
 
-def frame_key(fingerprint: str, frame_index: int, size: int) -> str:
-    """Cache key of one decoded frame: content fingerprint + frame index + working resolution."""
-    return f"{fingerprint}:{int(frame_index)}:{int(size)}"
+def frame_key(fingerprint: str, frame_index: int, size: tuple[int, int]) -> str:
+    """Cache key of one decoded frame: content fingerprint + frame index + working size (w x h)."""
+    return f"{fingerprint}:{int(frame_index)}:{int(size[0])}x{int(size[1])}"
 
 
 def encode_frame(frame: np.ndarray, *, codec: int | None = None) -> bytes:

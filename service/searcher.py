@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from indexer.video import VideoError, decode_frames
+from models.backbone import working_size
 from models.selection import query_aware_positions
 from models.streaming import FrameSet, VideoEncoder
 from service.cache import FrameCache, frame_key
@@ -354,9 +355,10 @@ class Searcher:
     def _frames(self, selections, result: SearchResult) -> list[np.ndarray | None]:
         """Decoded frames of every selection via the cache: one batched cache read, the misses of
         each video decoded in a small thread pool (decord releases the GIL), one batched write."""
-        size = self.frame_size
+        shapes = [self.frame_shape(hit.record) for hit, _, _, _ in selections]
         keys_per = [
-            [frame_key(hit.record.fingerprint, i, size) for i in indices] for hit, indices, _, _ in selections
+            [frame_key(hit.record.fingerprint, i, shape) for i in indices]
+            for (hit, indices, _, _), shape in zip(selections, shapes, strict=True)
         ]
         errors_before = self.cache.errors
         cached = self.cache.get_many([k for keys in keys_per for k in keys])
@@ -377,7 +379,7 @@ class Searcher:
             s, missing = job
             hit, indices = selections[s][0], selections[s][1]
             try:
-                return decode_frames(hit.record.path, indices[missing], size=size)
+                return decode_frames(hit.record.path, indices[missing], size=shapes[s])
             except (VideoError, OSError) as exc:
                 return exc
 
@@ -403,6 +405,10 @@ class Searcher:
             self.cache.set_many(fresh)
         result.cache_errors += self.cache.errors - errors_before
         return [None if s in failed else np.stack(got) for s, got in enumerate(per_video)]  # [K', H, W, 3]
+
+    def frame_shape(self, record) -> tuple[int, int]:
+        """(w, h) at which stage 2 decodes this video's frames: the backbone's working size for it."""
+        return working_size(int(record.width), int(record.height), self.frame_size)
 
     def _decode_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:

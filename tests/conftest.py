@@ -70,7 +70,7 @@ def synthetic_frames(num_frames: int, *, size: tuple[int, int] = (96, 64), seed:
 def video_factory():
     """``make(path, *, num_frames, fps=24, size=(W, H), seed=0, codec="mpeg4") -> Path``: writes a
     generated video with visually distinct frames over time (moving coloured blocks)."""
-    from indexer.video import write_video
+    from world.media import write_video
 
     def make(
         path,
@@ -95,3 +95,11 @@ def sample_videos(tmp_path_factory, video_factory) -> Path:
     video_factory(root / "c.avi", num_frames=90, fps=30, size=(128, 96), seed=3)
     video_factory(root / "sub" / "d.mp4", num_frames=20, fps=12.5, size=(80, 48), seed=4)
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_world_checkpoint(tmp_path_factory) -> Path:
+    """The shapes-world backbone that ships with the project (trained weights), in the public layout."""
+    from training.backbone import tiny_world_checkpoint as write
+
+    return write(tmp_path_factory.mktemp("tiny_world") / "tiny-world")

@@ -200,7 +200,7 @@ class _Selector:
             cands = candidate_frame_indices(
                 info, max_frames=s.candidate_max, per_second=s.candidate_per_second
             )
-            frames = decode_frames(path, cands, size=self.backbone.frame_size)
+            frames = decode_frames(path, cands, size=self.backbone.frame_shape(info.width, info.height))
             emb = self.backbone.embed_images(frames, instruction=s.instruction).float().cpu()
             self._bank[path] = (cands, emb)
         return self._bank[path]
@@ -298,7 +298,8 @@ def build_cache(
                 infos[item.video.path] = probe_video(item.video.path)
             info = infos[item.video.path]
             indices = selector.select(item, info)
-            frames = decode_frames(item.video.path, indices, size=backbone.frame_size)  # on demand, §A.2
+            shape = backbone.frame_shape(info.width, info.height)
+            frames = decode_frames(item.video.path, indices, size=shape)  # on demand, §A.2
             framesets.append(FrameSet(frames=frames, frame_indices=indices, fps=info.fps))
         banks = encoder.evidence(framesets, texts=[it.text for it in chunk])
         for item, bank in zip(chunk, banks, strict=True):

@@ -1,8 +1,8 @@
 """Synthetic long-video "needle in a haystack" data for CPU training and evaluation.
 
-Each video is a slowly drifting noise texture (the haystack) with two brief inserted events (the
-needles): a solid shape of a named colour ("a red square", "a blue circle", ...) shown for a couple
-of seconds at a known time. Videos come in *mirror pairs*: video B shows the same two needles as
+Each video is a shapes-world haystack (:mod:`world.render`) with two brief events (the needles): a
+solid shape of a world colour ("a red square", "an orange bar", ...) shown for a couple of seconds
+at a known time. Videos come in *mirror pairs*: video B shows the same two needles as
 video A in the opposite order, so queries that name the order ("a red square appears, then a blue
 circle appears") have a hard negative that only a model using clip order can reject (the clip-order
 controls of Table 5).
@@ -35,16 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from training.data import Pair, Side, VideoRef, write_pairs
+from world.render import Event, Renderer, random_haystack
+from world.render import VideoSpec as WorldVideo
+from world.vocab import COLOURS, SHAPES, EventKind, order_text
 
 logger = logging.getLogger(__name__)
-
-COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (225, 30, 30),
-    "green": (30, 205, 40),
-    "blue": (40, 70, 235),
-    "yellow": (235, 225, 30),
-}
-SHAPES = ("square", "circle", "triangle")
 
 
 @dataclass(frozen=True)
@@ -52,7 +47,7 @@ class SyntheticConfig:
     train_videos: int = 96
     val_videos: int = 16
     test_videos: int = 32
-    size: int = 64  # frame side in pixels (even; 64 is the tiny backbone's working size)
+    size: int = 128  # frame side in pixels (even; 128 is the tiny-world backbone's working size)
     fps: float = 4.0
     min_duration_s: float = 10.0
     max_duration_s: float = 40.0
@@ -86,8 +81,12 @@ class Needle:
     window: int
 
     @property
+    def kind(self) -> EventKind:
+        return EventKind(self.colour, self.shape)
+
+    @property
     def name(self) -> str:
-        return f"{self.colour} {self.shape}"
+        return self.kind.name
 
 
 @dataclass(frozen=True)
@@ -99,53 +98,12 @@ class VideoSpec:
     group: str  # the mirror pair: both videos show the same two needles
 
 
-def _background(rng: np.random.Generator, num_frames: int, size: int, fps: float) -> np.ndarray:
-    """Slowly drifting low-frequency noise: random 4x4 grey fields (slightly tinted) every ~4 s,
-    interpolated in time (cosine) and space (bilinear), plus faint per-frame noise -> [F, size, size, 3]
-    uint8. The haystack is nearly colourless so that a needle's colour is the salient event."""
-    import torch
-    import torch.nn.functional as F
-
-    period = max(1, int(round(4.0 * fps)))
-    grey = rng.uniform(50, 130, size=(num_frames // period + 2, 1, 4, 4))
-    keys = (grey + rng.uniform(-8, 8, size=(num_frames // period + 2, 3, 4, 4))).astype(np.float32)
-    t = np.arange(num_frames) / period
-    i0 = np.floor(t).astype(int)
-    w = (1 - np.cos(np.pi * (t - i0))) / 2  # cosine ease between key fields
-    fields = keys[i0] * (1 - w)[:, None, None, None] + keys[i0 + 1] * w[:, None, None, None]
-    up = F.interpolate(torch.from_numpy(fields), size=(size, size), mode="bilinear", align_corners=False)
-    frames = up.permute(0, 2, 3, 1).numpy() + rng.normal(0, 4, size=(num_frames, size, size, 3))
-    return np.clip(frames, 0, 255).astype(np.uint8)
-
-
-def _shape_mask(shape: str, size: int, cx: float, cy: float, r: float) -> np.ndarray:
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
-    if shape == "square":
-        return (np.abs(xx - cx) <= r) & (np.abs(yy - cy) <= r)
-    if shape == "circle":
-        return (xx - cx) ** 2 + (yy - cy) ** 2 <= r**2
-    if shape == "bar":  # a wide horizontal bar
-        return (np.abs(xx - cx) <= r) & (np.abs(yy - cy) <= 0.4 * r)
-    if shape == "triangle":  # apex up, base at cy + r
-        top, bottom = cy - r, cy + r
-        half = (yy - top) / (2 * r) * r
-        return (yy >= top) & (yy <= bottom) & (np.abs(xx - cx) <= half)
-    raise ValueError(f"unknown shape {shape!r}")
-
-
 def render_video(spec: VideoSpec, *, size: int, fps: float, seed: int) -> np.ndarray:
-    """Frames of one synthetic video: background with the needles painted in -> [F, H, W, 3] uint8."""
+    """Frames of one synthetic video: a random world haystack with the needles -> [F, size, size, 3]."""
     rng = np.random.default_rng(seed)
-    num_frames = int(round(spec.duration_s * fps))
-    frames = _background(rng, num_frames, size, fps)
-    for needle in spec.needles:
-        r = rng.uniform(0.36, 0.44) * size
-        cx, cy = rng.uniform(r + 1, size - r - 1, size=2)
-        mask = _shape_mask(needle.shape, size, cx, cy, r)
-        first = int(np.ceil(needle.start_s * fps))
-        last = min(num_frames, int(np.floor(needle.end_s * fps)) + 1)
-        frames[first:last][:, mask] = np.asarray(COLOURS[needle.colour], dtype=np.uint8)
-    return frames
+    events = tuple(Event(n.kind, n.start_s, n.end_s) for n in spec.needles)
+    world = WorldVideo(size, size, fps, spec.duration_s, events, random_haystack(rng), seed=seed)
+    return np.stack(list(Renderer(world).frames()))
 
 
 def _plan_videos(cfg: SyntheticConfig, rng: np.random.Generator, count: int, prefix: str) -> list[VideoSpec]:
@@ -199,7 +157,7 @@ def _pairs_for_split(
             Pair(
                 id=f"{spec.id}-ret-order",
                 task="retrieval",
-                query=Side(text=f"a {n1.name} appears, then a {n2.name} appears"),
+                query=Side(text=order_text(n1.kind, n2.kind)),
                 positive=vref(spec),
                 candidates=tuple(cands),
                 group=spec.group,
@@ -216,7 +174,7 @@ def _pairs_for_split(
                 Pair(
                     id=f"{spec.id}-ret-{k}",
                     task="retrieval",
-                    query=Side(text=f"a {needle.name} appears"),
+                    query=Side(text=needle.kind.text(0)),
                     positive=vref(spec),
                     candidates=tuple(cands),
                     group=spec.group,
@@ -227,7 +185,7 @@ def _pairs_for_split(
                 Pair(
                     id=f"{spec.id}-moment-{k}",
                     task="moment",
-                    query=Side(text=f"a {needle.name} appears"),
+                    query=Side(text=needle.kind.text(0)),
                     positive=vref(spec, needle.window),
                     candidates=tuple(vref(spec, w) for w in range(cfg.windows)),
                     group=spec.group,
@@ -291,7 +249,7 @@ def make_synthetic(
 ) -> dict[str, Path]:
     """Write videos/*.mp4, {train,val,test}.jsonl (pairs), {train,val,test}_videos.jsonl (indexer
     manifests) and synthetic.json (the needles' ground truth)."""
-    from indexer.video import write_video
+    from world.media import write_video
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -165,7 +165,7 @@ def test_stage2_score_equals_recomputation(
             assert [f["relevance"] for f in r["evidence"]["frames"]] == pytest.approx(
                 relevance[positions], abs=1e-5
             )
-            frames = decode_frames(rec.path, chosen, size=m.frame_size)
+            frames = decode_frames(rec.path, chosen, size=backbone.frame_shape(rec.width, rec.height))
             (emb,) = encoder.encode([FrameSet(frames, chosen, rec.fps)], texts=[QUERY])
             expected = float(torch.dot(emb.final, q))
             assert r["score"] == pytest.approx(expected, abs=1e-4)

@@ -1,0 +1,247 @@
+"""Retrieval quality in the shapes world, through the searcher the API uses (Table 4 style).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
+        [--head DIR] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
+        [--workdir DIR] [--json results.json]
+
+Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
+videos (2-5 min, random size, aspect ratio, fps 4-8, H.264 / MPEG-4 / VP9 in mp4 / avi / webm /
+mkv), each a grey haystack with one 2-3 s event, every event distinct, queried with one of the
+world's phrasings; and ``--order-pairs`` mirror pairs (A then B / B then A) queried with ordered
+phrasings. It indexes them with ``indexer build`` (K = 128 uniform frames, the default frame bank)
+using the shipped tiny-world backbone, loads the service's engine, and runs every query through
+``Searcher.search`` in each mode:
+
+    uniform single-round   one-shot index, ``mode=indexed``: the stage-1 ranking of v_j
+    two-stage single-round one-shot index, ``mode=rerank``: stage 2 re-encodes query-selected frames
+    two-stage QASLR        streaming index built with --head, ``mode=rerank`` (only with --head)
+
+and reports, mean ± std over the seeds:
+- stage-1 recall@R: the right video is in the shortlist (a stage-1 miss stays a miss);
+- Hit@1 and Hit@5 of the final ranking;
+- moment: the share of correct top-1 hits whose moment covers the event (start <= event start + 1 s
+  and end >= event end - 1 s), with the median moment length beside it (a long moment covers
+  easily);
+- needle recall of the selection: over queries whose right video reached stage 2 and whose event
+  has frames in the frame bank, the share of those bank frames that stage 2 selected;
+- order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror;
+- median latency per query.
+Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODES = ("uniform single-round", "two-stage single-round", "two-stage QASLR")
+METRICS = ("recall@R", "hit@1", "hit@5", "moment", "moment_len_s", "needle_recall", "order", "latency_ms")
+
+
+def covers(moment, start: float, end: float, slack: float = 1.0) -> bool:
+    return moment is not None and moment[0] <= start + slack and moment[1] >= end - slack
+
+
+def needle_recall(hit, video, bank) -> float | None:
+    """Share of the event's frame-bank frames that stage 2 selected (None: none in the bank)."""
+    (_, start, end), *_ = video.events
+    in_event = {int(i) for i, t in zip(bank.frame_indices, bank.timestamps, strict=True) if start <= t <= end}
+    if not in_event or not hit.evidence:
+        return None
+    chosen = {e.frame_index for e in hit.evidence}
+    return len(in_event & chosen) / len(in_event)
+
+
+def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
+    from indexer.cli import main as indexer_main
+
+    args = ["build", str(manifest), "--index", str(index), "--model", str(model), "--no-progress"]
+    args += ["--head", str(head)] if head else ["--embedder", "oneshot"]
+    code = indexer_main(args)
+    if code not in (0, None):
+        raise SystemExit(f"indexer build failed with status {code}")
+
+
+def run_queries(engine, queries, truth, *, mode: str, shortlist: int, frames: int) -> dict:
+    searcher = engine.searcher
+    rows = {m: [] for m in METRICS}
+    lens = []
+    for query, right in queries:
+        request = {"query": query, "mode": mode, "top_k": shortlist, "shortlist": shortlist, "frames": frames}
+        t = time.perf_counter()
+        result = searcher.search(request)
+        rows["latency_ms"].append((time.perf_counter() - t) * 1e3)
+        ids = [h.video_id for h in result.hits]
+        stage1 = sorted(result.hits, key=lambda h: h.stage1_rank)
+        rows["recall@R"].append(float(right in [h.video_id for h in stage1]))
+        rows["hit@1"].append(float(ids[:1] == [right]))
+        rows["hit@5"].append(float(right in ids[:5]))
+        video = truth[right]
+        if ids[:1] == [right]:
+            (_, start, end), *_ = video.events
+            top = result.hits[0]
+            rows["moment"].append(float(covers(top.moment, start, end)))
+            if top.moment is not None:
+                lens.append(top.moment[1] - top.moment[0])
+        if mode == "rerank":
+            for h in result.hits:
+                if h.video_id == right and h.reranked:
+                    r = needle_recall(h, video, engine.index.frame_bank(right))
+                    if r is not None:
+                        rows["needle_recall"].append(r)
+    out = {k: (float(np.mean(v)) if v else float("nan")) for k, v in rows.items()}
+    out["latency_ms"] = float(np.median(rows["latency_ms"]))
+    out["moment_len_s"] = float(np.median(lens)) if lens else float("nan")
+    out["queries"] = len(queries)
+    return out
+
+
+def order_accuracy(engine, corpus, *, mode: str, frames: int) -> float:
+    """Share of ordered queries whose right video ranks above its mirror."""
+    truth = corpus.by_id()
+    wins = []
+    for query, right in corpus.queries("order"):
+        mirror = next(v.id for v in corpus.videos if v.group == truth[right].group and v.id != right)
+        n = len(corpus.videos)
+        request = {"query": query, "mode": mode, "top_k": n, "shortlist": n, "frames": frames}
+        ids = [h.video_id for h in engine.searcher.search(request).hits]
+        wins.append(float(ids.index(right) < ids.index(mirror)) if mirror in ids else 0.0)
+    return float(np.mean(wins)) if wins else float("nan")
+
+
+def one_seed(seed: int, args, model: Path) -> dict:
+    from service.engine import load_engine
+    from service.settings import Settings
+    from world.corpus import CorpusConfig, make_corpus
+
+    work = Path(args.workdir)
+    single = make_corpus(
+        work / f"corpus-{seed}",
+        CorpusConfig(videos=args.videos, seed=seed, min_duration_s=args.min_s, max_duration_s=args.max_s),
+        progress=True,
+    )
+    order = None
+    if args.order_pairs:
+        order = make_corpus(
+            work / f"order-{seed}",
+            CorpusConfig(
+                videos=0, order_pairs=args.order_pairs, seed=1000 + seed, prefix="o",
+                min_duration_s=args.min_s, max_duration_s=args.max_s,
+            ),
+            progress=True,
+        )  # fmt: skip
+    plans = [("oneshot", None, ("uniform single-round", "indexed"), ("two-stage single-round", "rerank"))]
+    if args.head:
+        plans.append(("qaslr", Path(args.head), ("two-stage QASLR", "rerank")))
+    results: dict[str, dict] = {}
+    for kind, head, *modes in plans:
+        for name, corpus in (("single", single), ("order", order)):
+            if corpus is None:
+                continue
+            index = work / f"index-{kind}-{name}-{seed}-{model.name}"
+            build(corpus.manifest, index, model, head)
+            settings = Settings(index=index, model=str(model), head=head, default_frames=args.frames)
+            engine = load_engine(settings)
+            try:
+                for label, mode in modes:
+                    row = results.setdefault(label, {})
+                    if name == "single":
+                        row.update(
+                            run_queries(
+                                engine, single.queries("single"), single.by_id(),
+                                mode=mode, shortlist=args.shortlist, frames=args.frames,
+                            )
+                        )  # fmt: skip
+                    else:
+                        row["order"] = order_accuracy(engine, corpus, mode=mode, frames=args.frames)
+            finally:
+                engine.close()
+    return results
+
+
+def fmt(values: list[float], pct: bool) -> str:
+    vals = [v for v in values if not np.isnan(v)]
+    if not vals:
+        return "–"
+    scale = 100 if pct else 1
+    mean = statistics.fmean(vals) * scale
+    std = statistics.pstdev(vals) * scale if len(vals) > 1 else 0.0
+    return (
+        f"{mean:.1f} ± {std:.1f}"
+        if pct
+        else f"{mean:.0f} ± {std:.0f}"
+        if mean > 10
+        else f"{mean:.1f} ± {std:.1f}"
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--videos", type=int, default=32, help="single-event videos per corpus (1-32)")
+    p.add_argument("--order-pairs", type=int, default=4, help="mirror pairs per seed (0: no order rows)")
+    p.add_argument("--min-s", type=float, default=120.0)
+    p.add_argument("--max-s", type=float, default=300.0)
+    p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")
+    p.add_argument("--shortlist", type=int, default=10, help="R")
+    p.add_argument(
+        "--head", default=None, help="a streaming head trained on world data (adds two-stage QASLR)"
+    )
+    p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
+    p.add_argument("--workdir", default=None, help="cache for corpora, checkpoint and indexes")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    args.workdir = args.workdir or str(Path(tempfile.gettempdir()) / "qaslr-bench-quality")
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    if args.model:
+        model = Path(args.model).resolve()
+    else:
+        from training.backbone import tiny_world_checkpoint
+
+        model = Path(args.workdir) / "tiny-world"
+        if not (model / "config.json").exists():
+            tiny_world_checkpoint(model)
+
+    started = time.perf_counter()
+    per_seed = {seed: one_seed(seed, args, model) for seed in args.seeds}
+    minutes = (time.perf_counter() - started) / 60
+    modes = [m for m in MODES if any(m in r for r in per_seed.values())]
+    print(
+        f"\nshapes world, {args.videos} videos of {args.min_s:.0f}-{args.max_s:.0f} s, one 2-3 s event each "
+        f"(chance Hit@1 {100 / args.videos:.1f} %), R={args.shortlist}, K'={args.frames}, seeds {args.seeds}; "
+        f"{minutes:.1f} min"
+    )
+    header = ["mode", "stage-1 R@R %", "Hit@1 %", "Hit@5 %", "moment ±1 s %", "moment len s",
+              "needle recall %", "order %", "p50 ms"]  # fmt: skip
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for mode in modes:
+        rows = [per_seed[s][mode] for s in args.seeds]
+        cells = [mode]
+        for metric, pct in (
+            ("recall@R", True), ("hit@1", True), ("hit@5", True), ("moment", True), ("moment_len_s", False),
+            ("needle_recall", True), ("order", True), ("latency_ms", False),
+        ):  # fmt: skip
+            cells.append(fmt([r.get(metric, float("nan")) for r in rows], pct))
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "minutes": minutes, "per_seed": per_seed}, indent=2) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Small pieces every layer shares (errors, files, constants, logging); imports nothing upward."""

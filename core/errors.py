@@ -1,0 +1,18 @@
+"""Turning exceptions into the one-line reasons users see (in logs, index records, API answers)."""
+
+from __future__ import annotations
+
+import re
+
+_DECORD_NOISE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")  # "[07:32:08] /src/video/video_reader.cc:151: "
+
+
+def summarize(exc: BaseException, *, limit: int = 200) -> str:
+    """The first non-empty line of ``exc``'s message, at most ``limit`` characters, without
+    decord's clock time and source location (reasons are stored and compared across runs); the
+    exception's type name when the message is empty."""
+    for line in str(exc).splitlines():
+        line = _DECORD_NOISE.sub("", line).strip()
+        if line:
+            return line[:limit]
+    return type(exc).__name__
