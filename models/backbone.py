@@ -200,14 +200,19 @@ class Backbone:
         image: bool = False,
         video: bool = False,
         instruction: str | None = None,
+        text_first: bool = False,
     ) -> list[dict]:
-        """System turn = instruction; user content ordered video, image, text (reference order)."""
+        """System turn = instruction; user content ordered video, image, text (reference order), or
+        with ``text_first`` the text before the video, so that (the text model being causal) every
+        visual hidden state is computed in the text's light (a conditioning choice, Eq. 4)."""
         content: list[dict] = []
+        if text is not None and text_first:
+            content.append({"type": "text", "text": text})
         if video:
             content.append({"type": "video"})
         if image:
             content.append({"type": "image"})
-        if text is not None:
+        if text is not None and not text_first:
             content.append({"type": "text", "text": text})
         if not content:
             content.append({"type": "text", "text": "NULL"})
@@ -276,6 +281,7 @@ class Backbone:
         *,
         texts: Sequence[str | None] | None = None,
         instruction: str | None = None,
+        text_first: bool = False,
     ) -> dict:
         """Prompts and processed frames for a batch of clips (what :meth:`encode_clips` feeds the model)."""
         if texts is not None and len(texts) != len(clips):
@@ -286,7 +292,9 @@ class Backbone:
             videos.append(video)
             metadata.append(meta)
             text = texts[i] if texts is not None else None
-            prompts.append(self.render_prompt(text=text, video=True, instruction=instruction))
+            prompts.append(
+                self.render_prompt(text=text, video=True, instruction=instruction, text_first=text_first)
+            )
         return {"prompts": prompts, "videos": videos, "metadata": metadata}
 
     def encode_clips(
@@ -295,10 +303,12 @@ class Backbone:
         *,
         texts: Sequence[str | None] | None = None,
         instruction: str | None = None,
+        text_first: bool = False,
     ) -> ClipStates:
         """Eq. 4: U_t = F_theta(C_t, c). Clips of different videos share one padded batch; ``texts``
-        (one per clip, or None) is the optional conditioning input placed after the video."""
-        parts = self.clip_inputs(clips, texts=texts, instruction=instruction)
+        (one per clip, or None) is the optional conditioning input, placed after the video (the
+        reference order) or, with ``text_first``, before it."""
+        parts = self.clip_inputs(clips, texts=texts, instruction=instruction, text_first=text_first)
         return self._forward(parts["prompts"], videos=parts["videos"], metadata=parts["metadata"])
 
     def embed_texts(self, texts: Sequence[str], *, instruction: str | None = None) -> torch.Tensor:
@@ -322,10 +332,13 @@ class Backbone:
         *,
         texts: Sequence[str | None] | None = None,
         instruction: str | None = None,
+        text_first: bool = False,
     ) -> torch.Tensor:
         """One-shot embedding: all selected frames of each video in one context (the paper's
         single-round baseline) -> [B, d]."""
-        return self.pool(self.encode_clips(videos, texts=texts, instruction=instruction))
+        return self.pool(
+            self.encode_clips(videos, texts=texts, instruction=instruction, text_first=text_first)
+        )
 
 
 def load_backbone(

@@ -74,6 +74,10 @@ class StreamingHeadConfig:
     dropout: float = 0.0
     init_temperature: float = 0.05  # tau of Eq. 1 / Eq. 11
     learnable_temperature: bool = True
+    # Eq. 4 allows a conditioning input c. With query_conditioning the query embedding q (dim d) is
+    # projected and added to every think token of H_0, so the memory reads each clip's evidence in
+    # the query's light from the first step on (the query-conditioned, two-stage setting, §3.1).
+    query_conditioning: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "embed_dim", "num_think_tokens", "max_evidence_tokens", "num_heads"):
@@ -179,6 +183,8 @@ class StreamingHead(nn.Module):
         self.think_tokens = nn.Parameter(torch.empty(config.num_think_tokens, dim))  # H_0, Eq. 6
         self.blocks = nn.ModuleList(UpdateBlock(config) for _ in range(config.depth))
         self.embed_token = nn.Parameter(torch.empty(1, dim))  # e, Eq. 9
+        # P_c: conditioning input c = q [d] -> a shift of H_0 [D] (only with query_conditioning)
+        self.query_proj = nn.Linear(config.embed_dim, dim) if config.query_conditioning else None
         self.readout_attn = CrossAttention(dim, config.num_heads, config.dropout)
         self.proj = nn.Linear(dim, config.embed_dim, bias=False)  # W, Eq. 9
         self.log_temperature = nn.Parameter(
@@ -207,9 +213,14 @@ class StreamingHead(nn.Module):
 
     # ---- incremental API -------------------------------------------------------------------------
 
-    def init_state(self, batch_size: int) -> Tensor:
-        """H_0 for ``batch_size`` videos: [B, N, D] (Eq. 6)."""
-        return self.think_tokens.unsqueeze(0).expand(batch_size, -1, -1)
+    def init_state(self, batch_size: int, query: Tensor | None = None) -> Tensor:
+        """H_0 for ``batch_size`` videos: [B, N, D] (Eq. 6); with query conditioning and ``query``
+        [B, d] given, H_0 + P_c q (the same shift on every think token)."""
+        h0 = self.think_tokens.unsqueeze(0).expand(batch_size, -1, -1)
+        if query is None or self.query_proj is None:
+            return h0
+        shift = self.query_proj(query.to(h0.dtype))  # [B, D]
+        return h0 + shift[:, None, :]
 
     def update(
         self,
@@ -253,10 +264,12 @@ class StreamingHead(nn.Module):
         step_mask: Tensor,
         *,
         reset_memory: bool = False,
+        query: Tensor | None = None,
     ) -> HeadOutput:
         """Stream T clip evidence banks through the memory and read out after each step.
 
-        evidence [B, T, M, D], evidence_mask [B, T, M], step_mask [B, T]. With ``reset_memory``
+        evidence [B, T, M, D], evidence_mask [B, T, M], step_mask [B, T]; ``query`` [B, d] is the
+        conditioning input of a query-conditioned head (ignored otherwise). With ``reset_memory``
         the state is re-initialised to H_0 before every step (the no-memory control of Table 5).
         """
         b, t, _, _ = evidence.shape
@@ -264,7 +277,7 @@ class StreamingHead(nn.Module):
         step_mask = step_mask.to(device=evidence.device, dtype=torch.bool) & evidence_mask.any(
             dim=-1
         )  # [B, T]
-        h0 = self.init_state(b)
+        h0 = self.init_state(b, query)
         state = h0
         steps = []
         for i in range(t):

@@ -11,9 +11,10 @@ Two selectors are provided:
 
 - ``uniform_indices``: query-independent, the centres of K_V equal temporal segments (the
   indexable setting, and the first stage of the service).
-- ``query_aware_positions``: Q-Frame style; softmax of frame-query similarities over a
-  temperature, then Gumbel-max top-k sampling without replacement, seeded, with chronological
-  order restored (the query-conditioned setting).
+- ``query_aware_positions``: Q-Frame style; softmax of frame-query similarities, standardised
+  to their own spread, over a temperature, then Gumbel-max top-k sampling without replacement,
+  seeded per request and candidate (``selection_seed``), with chronological order restored (the
+  query-conditioned setting).
 
 Everything here is pure numpy (torch tensors are accepted as score input) and has no model
 dependency.
@@ -33,6 +34,7 @@ __all__ = [
     "frames_per_clip",
     "partition_clips",
     "query_aware_positions",
+    "selection_seed",
     "uniform_indices",
 ]
 
@@ -67,32 +69,38 @@ def _to_numpy_1d(scores: Any) -> np.ndarray:
     return arr
 
 
+QFRAME_TEMPERATURE = 0.25  # in units of the scores' own spread (see query_aware_positions)
+
+
 def query_aware_positions(
     scores: Any,
     k: int,
     *,
-    temperature: float = 0.8,
+    temperature: float = QFRAME_TEMPERATURE,
     seed: int | None = None,
 ) -> np.ndarray:
-    """Q-Frame style query-aware selection over C candidate frames.
+    """Q-Frame style query-aware selection of ``k`` of C candidate frames.
 
-    ``scores`` holds the similarity of each of the C candidate frames to the query (1-D numpy
-    array, list or torch tensor). The selection distribution is
+    ``scores`` holds each candidate frame's similarity to the query (1-D numpy array, list or torch
+    tensor): cosines, which differ by fractions of a unit. The reference Q-Frame divides
+    unnormalised CLIP logits by 0.8; on cosines that temperature makes the choice nearly uniform
+    (a needle 10 standard deviations above the rest was picked 18 % of the time). So the scores are
+    first put on their own scale,
 
-        p = softmax(scores / temperature)
+        z = (scores - median(scores)) / spread,   spread = 1.4826 * MAD (a robust std; the
+                                                   plain std when the MAD is 0)
 
-    and min(k, C) candidates are drawn *without replacement* by the Gumbel-max trick: the
-    positions of the top-k values of ``log p + g`` with g ~ Gumbel(0, 1) i.i.d. drawn from
-    ``numpy.random.default_rng(seed)``. This is an exact sample of sequential sampling without
-    replacement from p, so a fixed seed gives a fixed selection.
+    and the selection distribution is p = softmax(z / temperature), ``temperature`` in units of
+    that spread (default 0.25: a frame 3 spreads above the median outweighs a typical one by
+    e^12). min(k, C) candidates are drawn *without replacement* by the Gumbel-max trick (the
+    top-k of ``log p + g``, g ~ Gumbel(0, 1) from ``numpy.random.default_rng(seed)``): an exact
+    sample of sequential sampling without replacement from p. Frames that clearly match the query
+    are taken first; the rest of the budget falls on near-random frames, which keeps temporal
+    coverage. Derive ``seed`` per request and candidate (:func:`selection_seed`), so unrelated
+    queries and videos do not share one fixed pseudo-random subset.
 
-    Returns the chosen *candidate positions* (int64, into ``scores``), sorted ascending so that
-    chronological order is restored (Eq. 2). The caller maps positions to source-video frame
-    indices (e.g. ``candidate_frame_indices[positions]``); when the candidate list is itself in
-    chronological order, the mapped frame indices are sorted too.
-
-    Candidates with score ``-inf`` have probability zero and are only picked once every finite
-    candidate has been picked.
+    Returns the chosen candidate positions (int64, into ``scores``) sorted ascending, so that
+    chronological order is restored (Eq. 2). Candidates with score ``-inf`` are picked last.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
@@ -103,18 +111,31 @@ def query_aware_positions(
     k_v = min(k, num_candidates)
     if k_v == 0:
         return np.zeros(0, dtype=np.int64)
-
-    logits = s / temperature
-    finite = np.isfinite(logits)
+    finite = np.isfinite(s)
     if not finite.any():
         raise ValueError("scores must contain at least one finite value")
-    m = logits[finite].max()
-    log_p = logits - (m + np.log(np.exp(logits[finite] - m).sum()))  # log softmax
+    if k_v == num_candidates:
+        return np.arange(num_candidates, dtype=np.int64)
+    values = s[finite]
+    centre = float(np.median(values))
+    spread = 1.4826 * float(np.median(np.abs(values - centre)))
+    if not spread > 1e-12:
+        spread = float(values.std())
+    z = (s - centre) / spread if spread > 1e-12 else np.zeros_like(s)
+    logits = np.where(finite, z / temperature, -np.inf)
     rng = np.random.default_rng(seed)
-    perturbed = log_p + rng.gumbel(size=num_candidates)
+    perturbed = logits + rng.gumbel(size=num_candidates)  # log-softmax shift does not change the order
     # Stable argsort on the negated keys: ties (only possible among -inf) break by position.
     top = np.argsort(-perturbed, kind="stable")[:k_v]
     return np.sort(top).astype(np.int64)
+
+
+def selection_seed(seed: int, key: str) -> int:
+    """A selection seed per (request seed, candidate): stable across runs and machines."""
+    import hashlib
+
+    digest = hashlib.blake2b(f"{int(seed)}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def frames_per_clip(
