@@ -94,7 +94,7 @@ def test_needles_on_cosine_scores_are_selected():
     assert np.mean(picked) == 1.0
     # the old temperature on the raw cosines, for the record: barely better than random
     old = []
-    for trial in range(100):
+    for _ in range(100):
         scores = rng.normal(0.2, 0.03, 256)
         needles = rng.choice(256, 8, replace=False)
         scores[needles] += 0.3
