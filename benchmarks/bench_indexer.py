@@ -128,10 +128,10 @@ def main(argv=None) -> int:
     from indexer.pipeline import Builder, BuildOptions, decode_video, discover
     from indexer.store import IndexWriter, Manifest
     from indexer.video import decode_frames
-    from models.backbone import load_backbone
+    from models.backbone import VideoClip, load_backbone
     from models.checkpoint import make_checkpoint
     from models.head import head_fingerprint, load_head
-    from models.streaming import FrameSet, StreamingConfig, VideoEncoder
+    from models.streaming import StreamingConfig, VideoEncoder
 
     torch.set_num_threads(args.threads)
     load = os.getloadavg()
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     t, c = time.perf_counter(), time.process_time()
     for s in range(0, len(ok), args.batch_videos):
         group = ok[s : s + args.batch_videos]
-        encoder.encode([FrameSet(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group])
+        encoder.encode([VideoClip(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group])
         bank = np.concatenate([d.frames[d.candidates] for d in group])
         for b in range(0, len(bank), 32):
             backbone.embed_images(bank[b : b + 32])

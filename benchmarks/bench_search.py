@@ -88,7 +88,7 @@ def build_corpus(root: Path, num_videos: int) -> tuple[Path, Path, Path]:
     manifest = root / "videos" / "manifest.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
     index = root / "index"
-    cmd = [sys.executable, "-m", "indexer.cli", "build", str(manifest), "--index", str(index)]
+    cmd = [sys.executable, "-m", "qaslr.commands.indexer", "build", str(manifest), "--index", str(index)]
     cmd += ["--model", str(ckpt), "--head", str(head), "-K", "32", "-L", "8", "--bank-per-second", "2"]
     cmd += ["--no-progress", "--log-level", "WARNING"]
     subprocess.run(cmd, check=True)

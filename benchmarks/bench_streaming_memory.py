@@ -38,9 +38,9 @@ def child(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
 
-    from models.backbone import load_backbone
+    from models.backbone import VideoClip, load_backbone
     from models.head import StreamingHeadConfig, create_head
-    from models.streaming import FrameSet, StreamingConfig, VideoEncoder
+    from models.streaming import StreamingConfig, VideoEncoder
 
     torch.set_num_threads(args.threads)
     backbone = load_backbone(args.checkpoint, device=args.device)
@@ -55,8 +55,8 @@ def child(args: argparse.Namespace) -> None:
     encoder = VideoEncoder(backbone, head, config=config)
     size = backbone.frame_size
     rng = np.random.default_rng(0)
-    video = FrameSet(rng.integers(0, 256, (k, size, size, 3), dtype=np.uint8), np.arange(k) * 15, 30.0)
-    warm = FrameSet(video.frames[:16], video.frame_indices[:16], 30.0)
+    video = VideoClip(rng.integers(0, 256, (k, size, size, 3), dtype=np.uint8), np.arange(k) * 15, 30.0)
+    warm = VideoClip(video.frames[:16], video.frame_indices[:16], 30.0)
     encoder.encode([warm])  # warm-up outside the measurement
     cuda = backbone.device.type == "cuda"
     if cuda:

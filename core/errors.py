@@ -16,3 +16,16 @@ def summarize(exc: BaseException, *, limit: int = 200) -> str:
         if line:
             return line[:limit]
     return type(exc).__name__
+
+
+def describe(exc: BaseException, *, limit: int = 200) -> str:
+    """``"TypeName: first line"`` (or just ``"TypeName"`` when the message is empty): for reasons
+    where the kind of error matters (an unexpected exception from a decoder or the model)."""
+    summary = summarize(exc, limit=limit)
+    name = type(exc).__name__
+    return name if summary == name else f"{name}: {summary}"
+
+
+class ConfigurationError(RuntimeError):
+    """The settings cannot work (no index, a head is missing, sizes disagree, ...). The message says
+    how to fix it and names settings, never filesystem paths, so it may be shown to API clients."""

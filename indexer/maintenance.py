@@ -18,13 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.store import (
+from core.errors import summarize
+from indexer.store.db import MetadataStore
+from indexer.store.faiss_index import faiss_ids, read_faiss
+from indexer.store.format import (
     BANK_DIR,
     FAISS_FILE,
     METADATA,
+    STATUS_FAILED,
+    STATUS_INDEXED,
     IndexFormatError,
-    connect_readonly,
-    faiss_ids,
+    is_bank_file_name,
     read_manifest,
 )
 
@@ -44,32 +48,25 @@ def index_stats(directory: str | Path) -> dict:
     """Counts, sizes, settings and failure reasons of an index (JSON-serialisable)."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    conn = _connect_ro(directory)
+    db = _open_db(directory)
     try:
-        rows = conn.execute(
-            "SELECT status, COUNT(*), COALESCE(SUM(duration_s), 0), COALESCE(SUM(bank_count), 0) "
-            "FROM videos GROUP BY status"
-        ).fetchall()
-        reasons = Counter(
-            _reason_class(r[0])
-            for r in conn.execute("SELECT error FROM videos WHERE status = 'failed'").fetchall()
-        )
+        by_status = db.status_summary()
+        reasons = Counter(_reason_class(e) for e in db.failure_reasons())
+    except sqlite3.DatabaseError as exc:
+        raise IndexFormatError(f"{METADATA} is not a readable SQLite database: {summarize(exc)}") from exc
     finally:
-        conn.close()
-    by_status = {
-        r[0]: {"videos": int(r[1]), "duration_s": float(r[2]), "bank_frames": int(r[3])} for r in rows
-    }
+        db.close()
     files = {
         p.relative_to(directory).as_posix(): p.stat().st_size
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
-    indexed = by_status.get("indexed", {"videos": 0, "duration_s": 0.0, "bank_frames": 0})
+    indexed = by_status.get(STATUS_INDEXED, {"videos": 0, "duration_s": 0.0, "bank_frames": 0})
     return {
         "directory": str(directory),
         "manifest": json.loads(manifest.to_json()),
         "indexed": indexed["videos"],
-        "failed": by_status.get("failed", {}).get("videos", 0),
+        "failed": by_status.get(STATUS_FAILED, {}).get("videos", 0),
         "indexed_hours": indexed["duration_s"] / 3600.0,
         "bank_frames": indexed["bank_frames"],
         "failure_reasons": dict(reasons.most_common()),
@@ -87,8 +84,6 @@ def _reason_class(error: str | None) -> str:
 
 
 def verify_index(directory: str | Path, *, check_sources: bool = False) -> VerifyReport:
-    import faiss
-
     from indexer.video import file_fingerprint
 
     directory = Path(directory)
@@ -102,24 +97,29 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
     if not (directory / METADATA).is_file():
         rep.errors.append(f"{METADATA} not found")
         return rep
+    integrity, rows = "ok", []
     try:
-        conn = _connect_ro(directory)
-        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-        rows = conn.execute(
-            "SELECT id, faiss_id, status, num_frames, embedding, bank_file, bank_offset, bank_count, "
-            "frame_indices, fingerprint, path FROM videos"
-        ).fetchall()
-        conn.close()
-    except sqlite3.DatabaseError as exc:
-        rep.errors.append(f"{METADATA} is not a readable SQLite database: {exc}")
-        return rep
+        db = _open_db(directory)
+        try:
+            integrity = db.integrity_check()
+            rows = db.verify_rows()
+        finally:
+            db.close()
+    except (sqlite3.DatabaseError, IndexFormatError) as exc:
+        rep.errors.append(f"{METADATA} is damaged or not a readable SQLite database: {summarize(exc)}")
+        if integrity == "ok":
+            return rep
     if integrity != "ok":
         rep.errors.append(f"{METADATA} integrity check: {integrity}")
-    indexed = [r for r in rows if r[2] == "indexed"]
-    failed = [r for r in rows if r[2] == "failed"]
-    other = [r for r in rows if r[2] not in ("indexed", "failed")]
+        if not rows:
+            return rep
+    indexed = [r for r in rows if r["status"] == STATUS_INDEXED]
+    failed = [r for r in rows if r["status"] == STATUS_FAILED]
+    other = [r for r in rows if r["status"] not in (STATUS_INDEXED, STATUS_FAILED)]
     if other:
-        rep.errors.append(f"{len(other)} rows have an unknown status (e.g. {other[0][0]!r}: {other[0][2]!r})")
+        rep.errors.append(
+            f"{len(other)} rows have an unknown status (e.g. {other[0]['id']!r}: {other[0]['status']!r})"
+        )
     if manifest.counts.get("indexed") != len(indexed) or manifest.counts.get("failed") != len(failed):
         rep.warnings.append(
             f"manifest counts {manifest.counts} lag the metadata store (indexed {len(indexed)}, failed "
@@ -127,13 +127,13 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
         )
 
     # FAISS: every indexed id resolves, nothing else is there
-    fids = [int(r[1]) for r in indexed]
+    fids = [int(r["faiss_id"]) for r in indexed]
     if len(set(fids)) != len(fids) or any(f < 0 for f in fids):
         rep.errors.append("FAISS ids in the metadata store are not unique non-negative integers")
     try:
-        index = faiss.read_index(str(directory / FAISS_FILE))
-    except Exception as exc:  # noqa: BLE001
-        rep.errors.append(f"{FAISS_FILE} missing or unreadable: {str(exc).splitlines()[0][:200]}")
+        index = read_faiss(directory / FAISS_FILE)
+    except IndexFormatError as exc:
+        rep.errors.append(summarize(exc))  # names the file: "index.faiss is corrupt or unreadable: ..."
         index = None
     if index is not None:
         if index.d != d:
@@ -153,7 +153,9 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
 
     # embeddings and frame banks
     banks: dict[str, np.ndarray | None] = {}
-    for vid, _, _, num_frames, emb, bank_file, off, cnt, idx_blob, _, _ in indexed:
+    for row in indexed:
+        vid, num_frames, emb, idx_blob = row["id"], row["num_frames"], row["embedding"], row["frame_indices"]
+        bank_file, off, cnt = row["bank_file"], row["bank_offset"], row["bank_count"]
         if emb is None or len(emb) != 4 * d:
             rep.errors.append(f"{vid}: stored embedding missing or of the wrong size")
         else:
@@ -179,13 +181,12 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
 
     if check_sources:
         changed = []
-        for vid, *_rest in rows:
-            fingerprint, path = _rest[-2], _rest[-1]
+        for row in rows:
             try:
-                if fingerprint and file_fingerprint(path) != fingerprint:
-                    changed.append(vid)
+                if row["fingerprint"] and file_fingerprint(row["path"]) != row["fingerprint"]:
+                    changed.append(row["id"])
             except OSError:
-                changed.append(vid)
+                changed.append(row["id"])
         if changed:
             rep.warnings.append(
                 f"{len(changed)} source files changed or are gone since indexing (e.g. {changed[:3]}); "
@@ -200,10 +201,13 @@ def _load_bank(directory: Path, name: str | None, d: int, rep: VerifyReport) -> 
     if name is None:
         rep.errors.append("an indexed video has no frame bank file")
         return None
+    if not is_bank_file_name(name):
+        rep.errors.append(f"a video names an invalid frame bank file {name!r} (outside {BANK_DIR}/)")
+        return None
     try:
         arr = np.load(directory / name, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        rep.errors.append(f"frame bank {name} missing or corrupt: {exc}")
+        rep.errors.append(f"frame bank {name} missing or corrupt: {summarize(exc)}")
         return None
     if arr.dtype != np.float16 or arr.ndim != 2 or arr.shape[1] != d:
         rep.errors.append(f"frame bank {name} is {arr.dtype} {arr.shape}, expected float16 [rows, {d}]")
@@ -211,8 +215,8 @@ def _load_bank(directory: Path, name: str | None, d: int, rep: VerifyReport) -> 
     return arr
 
 
-def _connect_ro(directory: Path) -> sqlite3.Connection:
+def _open_db(directory: Path) -> MetadataStore:
     path = directory / METADATA
     if not path.is_file():
         raise IndexFormatError(f"{directory}: {METADATA} not found")
-    return connect_readonly(path)
+    return MetadataStore.open_readonly(path)

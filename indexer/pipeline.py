@@ -1,6 +1,6 @@
 """The offline build: discover -> probe + decode (pool) -> encode (batched) -> frame bank -> commit.
 
-Per video (DESIGN.md "The two stages", offline column; paper §3.2, §A.4):
+Per video (docs/architecture.md, "Building an index"; paper §3.2, §A.4):
 
     probe (fps, frame count, size)      indexer.video.probe_video
     K uniform frames (Eq. 2, uniform)   models.selection.uniform_indices(num_frames, K)
@@ -15,7 +15,7 @@ Per video (DESIGN.md "The two stages", offline column; paper §3.2, §A.4):
 
 Batches are fixed chunks of the source list (in its stable order) minus the videos already in the
 index, so a resumed build runs the same batches as an uninterrupted one and writes the same bytes.
-Files written are documented in :mod:`indexer.store`.
+Files written are documented in :mod:`indexer.store` and docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
+from core.errors import describe, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.video import (
     VideoError,
@@ -45,11 +46,6 @@ from indexer.video import (
 )
 
 logger = logging.getLogger(__name__)
-
-# Test hook for crash-safety tests: the process exits abruptly (no cleanup, like kill -9) right
-# after this many batches have been committed.
-CRASH_ENV = "QASLR_INDEXER_CRASH_AFTER_BATCHES"
-
 
 class SourceError(ValueError):
     """The SOURCE argument (folder or JSONL manifest) cannot be read; nothing was written."""
@@ -112,8 +108,8 @@ class BuildOptions:
     workers: int = 2  # decode threads
     prefetch_batches: int = 2  # decoded batches kept ready ahead of the model
     image_batch: int = 32  # frame-bank frames per backbone image call
-    bank_per_second: float = 1.0
-    bank_max_frames: int = 256
+    bank_per_second: float = BANK_PER_SECOND
+    bank_max_frames: int = BANK_MAX_FRAMES
     retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
     checkpoint_every_s: float = 30.0  # FAISS checkpoint interval (SQLite holds every commit anyway)
     faiss_factory: str | None = None  # final FAISS factory (None: keep the manifest's)
@@ -133,6 +129,7 @@ class BuildStats:
     )
     wall_s: float = 0.0
     failures: list = field(default_factory=list)  # (id, reason)
+    stopped: bool = False  # asked to stop (should_stop) before every batch was done
 
     def summary(self) -> str:
         s = self.seconds
@@ -195,19 +192,11 @@ def decode_video(
         out.uniform = np.searchsorted(union, uniform)
         out.candidates = np.searchsorted(union, cand)
     except VideoError as exc:
-        out.error = clean_reason(str(exc))
+        out.error = summarize(exc)
     except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
-        out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        out.error = describe(exc)
     out.seconds = time.perf_counter() - start
     return out
-
-
-_DECORD_NOISE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")  # "[07:32:08] /src/video/video_reader.cc:151: "
-
-
-def clean_reason(reason: str) -> str:
-    """Failure reasons are stored and compared across runs: drop decord's clock time and source location."""
-    return _DECORD_NOISE.sub("", reason).strip()
 
 
 def plan_batches(items: Sequence[SourceItem], done: set[str], batch_videos: int) -> list[list[SourceItem]]:
@@ -238,9 +227,13 @@ class Builder:
         *,
         progress: Callable[[int, int], None] | None = None,
         on_plan: Callable[[int], None] | None = None,
+        on_commit: Callable[[int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> BuildStats:
         """Index every item not yet in the index. ``progress(videos, frames)`` after each batch;
-        ``on_plan(n_pending)`` once the work is known."""
+        ``on_plan(n_pending)`` once the work is known; ``on_commit(n_batches_committed)`` right after
+        each batch's commit (tests inject faults there); ``should_stop()`` is asked before each batch,
+        and a true answer ends the build cleanly (``stats.stopped``) with everything committed kept."""
         opts = self.options
         stats = BuildStats(total=len(items))
         stats.seconds["workers"] = opts.workers
@@ -264,7 +257,6 @@ class Builder:
         pending = sum(len(b) for b in batches)
         if on_plan:
             on_plan(pending)
-        crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
         last_checkpoint = time.perf_counter()
         checkpoint_every = opts.checkpoint_every_s
         committed = 0
@@ -290,6 +282,10 @@ class Builder:
             fill()
             try:
                 while queue:
+                    if should_stop is not None and should_stop():
+                        stats.stopped = True
+                        logger.warning("stop requested: ending the build after %d batch(es)", committed)
+                        break
                     futures = queue.popleft()
                     t = time.perf_counter()
                     decoded = [f.result() for f in futures]
@@ -307,9 +303,8 @@ class Builder:
                         checkpoint_every = max(opts.checkpoint_every_s, 10 * (last_checkpoint - c))
                     stats.seconds["write"] += time.perf_counter() - t
                     committed += 1
-                    if crash_after and committed >= crash_after:
-                        logger.error("%s=%d: simulating a crash now", CRASH_ENV, crash_after)
-                        os._exit(99)
+                    if on_commit is not None:
+                        on_commit(committed)
                     if progress:
                         progress(len(decoded), sum(len(d.union) for d in decoded if d.union is not None))
             finally:
@@ -317,14 +312,15 @@ class Builder:
                     for f in futures:
                         f.cancel()
         t = time.perf_counter()
-        self.writer.finalize(factory=opts.faiss_factory)
+        if not stats.stopped:  # a stopped build is finalized by the run that completes it
+            self.writer.finalize(factory=opts.faiss_factory)
         stats.seconds["write"] += time.perf_counter() - t
         stats.wall_s = time.perf_counter() - wall
         return stats
 
     # -- one batch ---------------------------------------------------------------------------------
     def _process(self, decoded: list[Decoded], stats: BuildStats) -> list[Entry]:
-        from models.streaming import FrameSet
+        from models.backbone import VideoClip
 
         ok = [d for d in decoded if d.error is None]
         stats.frames_decoded += sum(len(d.union) for d in ok)
@@ -334,7 +330,7 @@ class Builder:
             lambda group: [
                 e.final.numpy()
                 for e in self.encoder.encode(
-                    [FrameSet(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group]
+                    [VideoClip(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group]
                 )
             ],
         )
@@ -399,11 +395,9 @@ class Builder:
             return {id(d): r for d, r in zip(group, fn(group), strict=True)}
         except Exception as exc:  # noqa: BLE001 - any model error is isolated per video below
             if len(group) == 1:
-                group[
-                    0
-                ].error = f"model failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                group[0].error = f"model failed: {describe(exc)}"
                 return {}
-            logger.warning("batch failed (%s); retrying its videos one by one", exc)
+            logger.warning("batch failed (%s); retrying its videos one by one", summarize(exc))
             out = {}
             for d in group:
                 out.update(self._guarded([d], fn))

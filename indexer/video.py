@@ -1,4 +1,5 @@
-"""Probing and decoding source videos with decord (exact frames on random access; see NOTES.md).
+"""Probing and decoding source videos with decord (exact frames on random access; docs/architecture.md,
+"Decoding").
 
 Frames are decoded straight to the backbone's working size for each video: its aspect ratio kept,
 both sides multiples of 32, within the backbone's pixel budget (``models.backbone.working_size``).
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
 from core.errors import summarize
 
 logger = logging.getLogger(__name__)
@@ -95,7 +97,9 @@ def decode_frames(path: str | os.PathLike, indices, *, size: tuple[int, int]) ->
     return np.ascontiguousarray(frames, dtype=np.uint8)
 
 
-def candidate_frame_indices(info: VideoInfo, *, max_frames: int = 256, per_second: float = 1.0) -> np.ndarray:
+def candidate_frame_indices(
+    info: VideoInfo, *, max_frames: int = BANK_MAX_FRAMES, per_second: float = BANK_PER_SECOND
+) -> np.ndarray:
     """The frame bank's candidate frames: about ``per_second`` frames per second, at most ``max_frames``
     (ReToken's K1 = 256), at segment centres; sorted and unique."""
     from models.selection import uniform_indices

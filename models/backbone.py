@@ -35,9 +35,10 @@ from transformers import AutoProcessor, Qwen3VLConfig, Qwen3VLModel
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLPreTrainedModel
 from transformers.video_utils import VideoMetadata
 
+from core.config import DEFAULT_MODEL_ID
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"
 DEFAULT_INSTRUCTION = "Represent the user's input."
 DEFAULT_FRAME_SIZE = 448
 

@@ -35,13 +35,14 @@ import json
 import logging
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from core.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -327,14 +328,8 @@ def save_head(head: StreamingHead, directory: str | os.PathLike) -> Path:
         (WEIGHTS_FILENAME, lambda p: save_file(tensors, str(p), metadata={"format": "pt"})),
         (CONFIG_FILENAME, lambda p: head.config.to_json(p)),
     ):
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-        os.close(fd)
-        try:
+        with atomic_path(out / name) as tmp:
             write(tmp)
-            os.replace(tmp, out / name)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
     logger.info("saved streaming head (%d trainable parameters) to %s", num_trainable_parameters(head), out)
     return out
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from core.config import Embedder
 from models.backbone import Backbone, VideoClip
 from models.compression import compress_evidence
 from models.head import StreamingHead
@@ -37,15 +38,6 @@ class StreamingConfig:
     clip_len: int = 16  # L at the full budget (§3.2)
     max_evidence: int = 256  # M evidence tokens per clip (§3.2)
     clip_batch_size: int = 8  # clips per backbone forward pass (shared across videos)
-
-
-@dataclass
-class FrameSet:
-    """Selected, decoded frames of one video in chronological order."""
-
-    frames: np.ndarray  # [K_V, H, W, 3] uint8
-    frame_indices: np.ndarray  # [K_V] indices into the source video, increasing
-    fps: float
 
 
 @dataclass
@@ -83,7 +75,7 @@ def pad_banks(banks: Sequence[EvidenceBanks]) -> tuple[torch.Tensor, torch.Tenso
 
 
 class VideoEncoder:
-    """Embeds frame sets with the streaming head (``mode == "qaslr"``) or one-shot (``head=None``)."""
+    """Embeds frame sets with the streaming head (``mode == Embedder.QASLR``) or one-shot (``head=None``)."""
 
     def __init__(
         self,
@@ -108,8 +100,8 @@ class VideoEncoder:
                 )
 
     @property
-    def mode(self) -> str:
-        return "qaslr" if self.head is not None else "oneshot"
+    def mode(self) -> Embedder:
+        return Embedder.QASLR if self.head is not None else Embedder.ONESHOT
 
     @property
     def embed_dim(self) -> int:
@@ -130,7 +122,7 @@ class VideoEncoder:
         return self.backbone.embed_texts(list(texts), instruction=instruction or self.instruction).cpu()
 
     # -- streaming pathway -----------------------------------------------------------------------
-    def _clip_jobs(self, videos: Sequence[FrameSet], texts) -> list[tuple[int, np.ndarray, str | None]]:
+    def _clip_jobs(self, videos: Sequence[VideoClip], texts) -> list[tuple[int, np.ndarray, str | None]]:
         """(video, positions of the clip's frames, conditioning text) for every clip, video-major,
         clips in chronological order (Eq. 3)."""
         jobs = []
@@ -141,7 +133,7 @@ class VideoEncoder:
                 jobs.append((v, row[valid], texts[v] if texts else None))
         return jobs
 
-    def _clip_evidence(self, videos: Sequence[FrameSet], texts):
+    def _clip_evidence(self, videos: Sequence[VideoClip], texts):
         """Yield (video, clip frame indices, evidence [M', D], mask [M']) clip by clip, in order.
         Clips of different videos share backbone batches of ``clip_batch_size``; frames are sliced
         per batch, so memory does not grow with the number of clips."""
@@ -163,7 +155,7 @@ class VideoEncoder:
 
     @torch.inference_mode()
     def evidence(
-        self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None
+        self, videos: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None
     ) -> list[EvidenceBanks]:
         """All evidence banks of every video (backbone + compression), e.g. for the training cache.
         ``texts`` (one per video) conditions every clip of that video."""
@@ -182,7 +174,7 @@ class VideoEncoder:
         return banks
 
     @torch.inference_mode()
-    def _stream_online(self, videos: Sequence[FrameSet], texts) -> list[VideoEmbedding]:
+    def _stream_online(self, videos: Sequence[VideoClip], texts) -> list[VideoEmbedding]:
         """Inference without keeping evidence: each clip's bank updates its video's memory as soon as
         it is computed (Eq. 7-9), so working memory is one backbone batch plus N x D per video."""
         head = self.head
@@ -225,7 +217,7 @@ class VideoEncoder:
 
     # -- both pathways ---------------------------------------------------------------------------
     def encode(
-        self, videos: Sequence[FrameSet], *, texts: Sequence[str | None] | None = None
+        self, videos: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None
     ) -> list[VideoEmbedding]:
         """Embed each video (optionally conditioned on one text per video)."""
         if not videos:
@@ -236,7 +228,7 @@ class VideoEncoder:
             return self._stream_online(videos, texts)
         return self._oneshot(videos, texts)
 
-    def _oneshot(self, videos: Sequence[FrameSet], texts) -> list[VideoEmbedding]:
+    def _oneshot(self, videos: Sequence[VideoClip], texts) -> list[VideoEmbedding]:
         budget = self.config.clip_batch_size * self.config.clip_len  # frames per backbone call
         results: list[VideoEmbedding] = []
         start = 0
@@ -261,7 +253,7 @@ class VideoEncoder:
         return results
 
 
-def _check(video: FrameSet) -> None:
+def _check(video: VideoClip) -> None:
     if len(video.frames) == 0:
         raise ValueError("a video needs at least one selected frame")
     if len(video.frames) != len(video.frame_indices):

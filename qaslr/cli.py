@@ -1,7 +1,8 @@
 """The ``qaslr`` command: everything except the index (which is ``indexer``).
 
-Each subcommand lives with the package it drives and exposes ``add_arguments(parser)`` and
-``run(args) -> int``; heavy imports happen inside ``run`` so that ``qaslr --help`` is instant.
+Each subcommand is a module of :mod:`qaslr.commands` (``qaslr demo`` is :mod:`qaslr.demo`) exposing
+``add_arguments(parser)`` and ``run(args) -> int``; heavy imports happen inside ``run`` so that
+``qaslr --help`` is instant.
 """
 
 from __future__ import annotations
@@ -10,19 +11,21 @@ import argparse
 import importlib
 import sys
 
-from qaslr.logs import configure_logging
+from core.logs import configure_logging
 
 # name -> (module, one-line help). Modules are imported when the parser is built; they must keep
 # their top level light (argparse only).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "make-checkpoint": ("models.cli", "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)"),
-    "make-head": ("models.cli_head", "write a randomly initialised streaming head for a backbone"),
-    "serve": ("service.cli", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
+    "make-checkpoint": (
+        "qaslr.commands.make_checkpoint",
+        "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)",
+    ),
+    "make-head": ("qaslr.commands.make_head", "write a randomly initialised streaming head for a backbone"),
+    "serve": ("qaslr.commands.serve", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
     "demo": ("qaslr.demo", "the main job: generate sample videos, index them and serve search"),
-    "make-synthetic": ("training.cli_synthetic", "write synthetic needle-in-a-haystack videos and JSONL"),
-    "train": ("training.cli_train", "train a streaming head on query-positive pairs (QASLR recipe)"),
-    "eval": ("training.cli_eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
-    "eval-search": ("training.cli_search_eval", "Table 4: retrieval through the search service, four modes"),
+    "make-synthetic": ("qaslr.commands.make_synthetic", "write synthetic needle-in-a-haystack videos and JSONL"),
+    "train": ("qaslr.commands.train", "train a streaming head on query-positive pairs (QASLR recipe)"),
+    "eval": ("qaslr.commands.eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
 }
 
 

@@ -96,7 +96,7 @@ def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from indexer.cli import main as indexer_main
+    from qaslr.commands.indexer import main as indexer_main
     from world.corpus import CorpusConfig, make_corpus
 
     if not 1 <= args.videos <= 32:

@@ -36,10 +36,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.config import (
+    DEFAULT_FRAMES,
+    DEFAULT_SHORTLIST,
+    DEFAULT_TOP_K,
+    MAX_FRAMES,
+    MAX_QUERY_CHARS,
+    MAX_SEED,
+    MAX_SHORTLIST,
+    MAX_TOP_K,
+    Embedder,
+    SearchMode,
+)
+from core.errors import summarize
 from indexer.video import VideoError, decode_frames
-from models.backbone import working_size
+from models.backbone import VideoClip, working_size
 from models.selection import query_aware_positions
-from models.streaming import FrameSet, VideoEncoder
+from models.streaming import VideoEncoder
 from service.cache import FrameCache, frame_key
 
 logger = logging.getLogger(__name__)
@@ -62,13 +75,13 @@ class DeadlineExceeded(TimeoutError):
 
 @dataclass(frozen=True)
 class SearcherConfig:
-    default_shortlist: int = 10  # R (paper Table 4)
-    default_frames: int = 32  # K'
-    max_frames: int = 128  # bound on K' (paper K <= 128)
+    default_shortlist: int = DEFAULT_SHORTLIST  # R (paper Table 4)
+    default_frames: int = DEFAULT_FRAMES  # K'
+    max_frames: int = MAX_FRAMES  # bound on K' (paper K <= 128)
     temperature: float = 0.8  # Q-Frame softmax temperature
     seed: int = 0  # default selection seed
-    max_top_k: int = 100
-    max_shortlist: int = 200
+    max_top_k: int = MAX_TOP_K
+    max_shortlist: int = MAX_SHORTLIST
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
     decode_workers: int = 4  # threads decoding cache misses, one video each
 
@@ -89,9 +102,9 @@ class SearchParams:
     """A resolved request (defaults filled in and bounds checked)."""
 
     query: str
-    top_k: int = 10
+    top_k: int = DEFAULT_TOP_K
     shortlist: int | None = None
-    mode: str = "rerank"
+    mode: str = SearchMode.RERANK
     frames: int | None = None
     filter: dict[str, Any] | None = None
     include_evidence: bool = True
@@ -120,7 +133,7 @@ class Hit:
 
 
 @dataclass
-class SearchResult:
+class SearchOutcome:
     query: str
     mode: str
     embedder: str
@@ -198,19 +211,21 @@ class Searcher:
         if not isinstance(query, str) or not query.strip():
             raise InvalidRequest("query", "must be a non-empty string")
         query = query.strip()
-        if len(query) > 1000:
-            raise InvalidRequest("query", "must be at most 1000 characters")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidRequest("query", f"must be at most {MAX_QUERY_CHARS} characters")
         cfg = self.config
-        top_k = int(get("top_k", 10) or 10)
+        top_k = int(get("top_k", DEFAULT_TOP_K) or DEFAULT_TOP_K)
         if not 1 <= top_k <= cfg.max_top_k:
             raise InvalidRequest("top_k", f"must be between 1 and {cfg.max_top_k}")
         shortlist = get("shortlist")
-        shortlist = max(cfg.default_shortlist, top_k) if shortlist is None else int(shortlist)
-        if not top_k <= shortlist <= cfg.max_shortlist:
-            raise InvalidRequest("shortlist", f"must be between top_k ({top_k}) and {cfg.max_shortlist}")
-        mode = get("mode", "rerank") or "rerank"
-        if mode not in ("indexed", "rerank"):
+        # R is at least top_k: a smaller shortlist is raised to top_k (the API documents this)
+        shortlist = max(cfg.default_shortlist, top_k) if shortlist is None else max(int(shortlist), top_k)
+        if not 1 <= shortlist <= cfg.max_shortlist:
+            raise InvalidRequest("shortlist", f"must be between 1 and {cfg.max_shortlist}")
+        mode = get("mode", SearchMode.RERANK) or SearchMode.RERANK
+        if mode not in tuple(SearchMode):
             raise InvalidRequest("mode", "must be 'indexed' or 'rerank'")
+        mode = SearchMode(mode)
         frames = get("frames")
         frames = cfg.default_frames if frames is None else int(frames)
         if not 1 <= frames <= cfg.max_frames:
@@ -222,6 +237,8 @@ class Searcher:
             raise InvalidRequest("filter", "must be an object of field conditions")
         include_evidence = get("include_evidence", True)
         seed = get("seed")
+        if seed is not None and not 0 <= int(seed) <= MAX_SEED:
+            raise InvalidRequest("seed", f"must be between 0 and {MAX_SEED}")
         return SearchParams(
             query=query,
             top_k=top_k,
@@ -233,11 +250,11 @@ class Searcher:
             seed=cfg.seed if seed is None else int(seed),
         )
 
-    def search(self, request, *, deadline: float | None = None) -> SearchResult:
+    def search(self, request, *, deadline: float | None = None) -> SearchOutcome:
         """Run one search. ``deadline`` is a ``time.monotonic()`` instant checked between stages."""
         t_start = time.perf_counter()
         p = self.resolve(request)
-        result = SearchResult(
+        result = SearchOutcome(
             query=p.query,
             mode=p.mode,
             embedder=self.embedder,
@@ -276,7 +293,7 @@ class Searcher:
                 )
             )
 
-        if p.mode == "rerank" and hits:
+        if p.mode == SearchMode.RERANK and hits:
             hits = self._rerank(p, q, hits, result, clock)
         elif p.include_evidence:
             with clock.stage("selection"):
@@ -291,7 +308,7 @@ class Searcher:
 
     # -- stage 2 -------------------------------------------------------------------------------------
     def _rerank(
-        self, p: SearchParams, q: torch.Tensor, hits: list[Hit], result: SearchResult, clock
+        self, p: SearchParams, q: torch.Tensor, hits: list[Hit], result: SearchOutcome, clock
     ) -> list[Hit]:
         q_vec = q[0].numpy().astype(np.float32)  # [d]
         selections: list[tuple[Hit, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -304,7 +321,7 @@ class Searcher:
                 )
                 selections.append((hit, bank.frame_indices[pos], bank.timestamps[pos], relevance[pos]))
 
-        frame_sets: list[FrameSet] = []
+        clips: list[VideoClip] = []
         ready: list[tuple[Hit, np.ndarray, np.ndarray, np.ndarray]] = []
         with clock.stage("decode"):
             decoded = self._frames(selections, result)
@@ -312,15 +329,15 @@ class Searcher:
             hit = sel[0]
             if frames is None:
                 continue
-            frame_sets.append(FrameSet(frames=frames, frame_indices=sel[1], fps=float(hit.record.fps)))
+            clips.append(VideoClip(frames=frames, frame_indices=sel[1], fps=float(hit.record.fps)))
             ready.append(sel)
 
         embeddings = []
         step = self.config.encode_chunk
-        for start in range(0, len(frame_sets), step):  # chunks bound the evidence kept in memory
-            chunk = frame_sets[start : start + step]
+        for start in range(0, len(clips), step):  # chunks bound the evidence kept in memory
+            chunk = clips[start : start + step]
             texts = [p.query] * len(chunk)  # query-conditioned encoding (§A.4)
-            if self.encoder.mode == "qaslr":
+            if self.encoder.mode == Embedder.QASLR:
                 with clock.stage("encode"):
                     banks = self.encoder.evidence(chunk, texts=texts)  # candidates' clips share batches
                 with clock.stage("head"):
@@ -328,8 +345,8 @@ class Searcher:
             else:
                 with clock.stage("encode"):
                     embeddings += self.encoder.encode(chunk, texts=texts)
-        if frame_sets:
-            z0 = self._initial_readout() if self.encoder.mode == "qaslr" else None
+        if clips:
+            z0 = self._initial_readout() if self.encoder.mode == Embedder.QASLR else None
             for (hit, indices, stamps, rel), emb in zip(ready, embeddings, strict=True):
                 hit.score = float(emb.final.float() @ q[0])  # s_ij = q · v_ij
                 hit.reranked = True
@@ -352,7 +369,7 @@ class Searcher:
         reranked = sorted((h for h in hits if h.reranked), key=lambda h: (-h.score, h.stage1_rank))
         return reranked + [h for h in hits if not h.reranked]
 
-    def _frames(self, selections, result: SearchResult) -> list[np.ndarray | None]:
+    def _frames(self, selections, result: SearchOutcome) -> list[np.ndarray | None]:
         """Decoded frames of every selection via the cache: one batched cache read, the misses of
         each video decoded in a small thread pool (decord releases the GIL), one batched write."""
         shapes = [self.frame_shape(hit.record) for hit, _, _, _ in selections]
@@ -392,7 +409,7 @@ class Searcher:
         for (s, missing), frames in zip(jobs, decoded, strict=True):
             hit = selections[s][0]
             if isinstance(frames, Exception):
-                logger.warning("stage 2 skipped for %s: %s", hit.video_id, frames)
+                logger.warning("stage 2 skipped for %s: %s", hit.video_id, summarize(frames))
                 result.warnings.append(f"{hit.video_id}: frames could not be decoded; kept its stage-1 rank")
                 failed.add(s)
                 continue

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"  # same as models.backbone (kept import-light)
+from core.config import DEFAULT_FRAMES, DEFAULT_MODEL_ID, DEFAULT_SHORTLIST, MAX_FRAMES, MAX_SHORTLIST
 
 
 class Settings(BaseSettings):
@@ -62,9 +62,13 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
 
     # -- search defaults and bounds ---------------------------------------------------------------
-    default_shortlist: int = Field(10, ge=1, le=200, description="R when the request gives none (paper: 10)")
-    default_frames: int = Field(32, ge=1, description="K' stage-2 frames per candidate when not given")
-    max_frames: int = Field(128, ge=1, description="upper bound on a request's K' (paper K <= 128)")
+    default_shortlist: int = Field(
+        DEFAULT_SHORTLIST, ge=1, le=MAX_SHORTLIST, description="R when the request gives none (paper: 10)"
+    )
+    default_frames: int = Field(DEFAULT_FRAMES, ge=1, description="K' stage-2 frames per candidate when not given")
+    max_frames: int = Field(
+        MAX_FRAMES, ge=1, description="upper bound on a request's K' (paper K <= 128)"
+    )
     selection_temperature: float = Field(0.8, gt=0, description="Q-Frame softmax temperature")
     selection_seed: int = Field(0, description="default Gumbel seed of query-aware selection")
     decode_workers: int = Field(4, ge=1, le=64, description="threads decoding cache misses (one video each)")

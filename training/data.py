@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.files import atomic_open
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -307,8 +309,7 @@ def write_pairs(path: str | os.PathLike, pairs: Iterable[Pair], *, relative: boo
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     root = p.parent.resolve() if relative else None
-    tmp = p.with_name(f".{p.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(p, "w") as f:
         for pair in pairs:
             d = pair.to_dict()
             if root is not None:
@@ -316,5 +317,4 @@ def write_pairs(path: str | os.PathLike, pairs: Iterable[Pair], *, relative: boo
                     if "video" in side:
                         side["video"]["path"] = os.path.relpath(side["video"]["path"], root)
             f.write(json.dumps(d, sort_keys=False) + "\n")
-    os.replace(tmp, p)
     return p

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from training.data import Pair
-from training.engine import embed_sides, score_pairs
 from training.features import FeatureStore
+from training.scoring import embed_sides, score_pairs
 
 CHECKPOINTS = (0.25, 0.5, 0.75, 1.0)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.files import atomic_path, atomic_write
 from training.data import Pair, Side, VideoRef
 
 logger = logging.getLogger(__name__)
@@ -221,7 +222,8 @@ def build_cache(
     from tqdm import tqdm
 
     from indexer.video import decode_frames, probe_video
-    from models.streaming import FrameSet, StreamingConfig, VideoEncoder
+    from models.backbone import VideoClip
+    from models.streaming import StreamingConfig, VideoEncoder
 
     fingerprint = cache_fingerprint(backbone.fingerprint, settings)
     directory = Path(cache_root) / fingerprint
@@ -300,7 +302,7 @@ def build_cache(
             indices = selector.select(item, info)
             shape = backbone.frame_shape(info.width, info.height)
             frames = decode_frames(item.video.path, indices, size=shape)  # on demand, §A.2
-            framesets.append(FrameSet(frames=frames, frame_indices=indices, fps=info.fps))
+            framesets.append(VideoClip(frames=frames, frame_indices=indices, fps=info.fps))
         banks = encoder.evidence(framesets, texts=[it.text for it in chunk])
         for item, bank in zip(chunk, banks, strict=True):
             shard[item.key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
@@ -313,12 +315,9 @@ def build_cache(
 
 
 def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _write_manifest(manifest: dict, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(manifest, indent=1) + "\n")

@@ -21,8 +21,8 @@ from torch import nn
 
 from models.gate import EarlyExitGate
 from training.data import Pair
-from training.engine import stream_items
 from training.features import FeatureStore
+from training.scoring import stream_items
 
 logger = logging.getLogger(__name__)
 

@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.files import atomic_path
 from training.data import Pair
-from training.engine import Negatives, embed_sides, is_conditioned, pair_losses
 from training.features import FeatureStore
 from training.losses import LAMBDA_DISTILL, LAMBDA_STEP, total_loss
+from training.scoring import Negatives, embed_sides, is_conditioned, pair_losses
 
 logger = logging.getLogger(__name__)
 
@@ -151,9 +152,8 @@ class Trainer:
             "rng": _rng_state(),
             "config": dataclasses.asdict(self.config),
         }
-        tmp = self.checkpoint_path.with_name(f".{CHECKPOINT_FILENAME}.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.checkpoint_path)
+        with atomic_path(self.checkpoint_path) as tmp:
+            torch.save(state, tmp)
         return self.checkpoint_path
 
     def load_checkpoint(self) -> bool:

@@ -1,22 +1,25 @@
 """`indexer build|add|remove|stats|verify` end to end: real tiny checkpoint, real decord, real FAISS.
 
 The crash test runs a build in a subprocess that dies abruptly (os._exit, like kill -9) after two
-committed batches, resumes it, and compares everything on disk with an uninterrupted build.
+committed batches (injected by tests/indexer/crash_build.py through the Builder's on_commit
+callback), resumes it, and compares everything on disk with an uninterrupted build.
 """
 
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from indexer import pipeline
-from indexer.cli import main
 from indexer.maintenance import verify_index
 from indexer.store import IndexMismatchError, IndexReader
+from qaslr.commands.indexer import main
 
 K, L = 8, 4
 COMMON = ["--frames", str(K), "--clip-len", str(L), "--no-progress", "--log-level", "WARNING"]
@@ -163,12 +166,23 @@ def _build_cmd(corpus, index, ckpt, head):
     ]
 
 
+CRASH_SCRIPT = Path(__file__).with_name("crash_build.py")
+
+
+def test_build_code_has_no_crash_hook():
+    """Faults are injected from tests (callbacks, monkeypatching, wrapper scripts), never by an
+    environment variable that production code reads."""
+    source = inspect.getsource(pipeline)
+    assert "os._exit" not in source and "os.environ" not in source
+    assert not hasattr(pipeline, "CRASH_ENV")
+    assert "on_commit" in inspect.signature(pipeline.Builder.run).parameters
+
+
 def test_resume_after_crash_equals_uninterrupted(corpus, tiny_checkpoint, tiny_head, tmp_path):
     crashed = tmp_path / "crashed"
-    env = dict(os.environ, OMP_NUM_THREADS="1", **{pipeline.CRASH_ENV: "2"})
-    code = "import sys; from indexer.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-c", code, *_build_cmd(corpus, crashed, tiny_checkpoint, tiny_head)],
+        [sys.executable, str(CRASH_SCRIPT), "2", *_build_cmd(corpus, crashed, tiny_checkpoint, tiny_head)],
         env=env,
         capture_output=True,
         text=True,
@@ -409,7 +423,7 @@ def test_kill_9_mid_build_then_resume(corpus, tiny_checkpoint, tmp_path):
         "--batch-videos",
         "1",
     ]
-    code = "import sys; from indexer.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from qaslr.commands.indexer import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *cmd, *COMMON],
         env=dict(os.environ, OMP_NUM_THREADS="1"),

@@ -149,7 +149,7 @@ def test_reader_catches_up_with_commits_after_the_faiss_checkpoint(tmp_path):
     w.commit([_entry(0), _entry(1)])
     w.checkpoint()
     w.commit([_entry(2)])  # committed to SQLite; index.faiss not rewritten (simulated crash)
-    w.conn.close()
+    w.db.close()
     with IndexReader(tmp_path / "idx") as r:
         assert len(r) == 3
         assert r.search(r.embedding("v2")[None], 1)[0][0][0] == "v2"
@@ -251,12 +251,12 @@ def test_failed_commit_leaves_previous_state(tmp_path):
     directory = tmp_path / "idx"
     w = IndexWriter.create(directory, _manifest())
     w.commit([_entry(0), _entry(1)])
-    w.conn = _FailingConnection(w.conn)
+    w.db.conn = _FailingConnection(w.db.conn)
     with pytest.raises(sqlite3.OperationalError):
         w.commit([_entry(2), _entry(3)])
     assert len(list((directory / "bank").glob("*.npy"))) == 2  # the second bank file is an orphan
-    w.conn = w.conn._conn
-    w.conn.close()
+    w.db.conn = w.db.conn._conn
+    w.db.close()
     with IndexReader(directory) as r:
         assert {v.id for v in r.videos()} == {"v0", "v1"} and r.manifest.counts["indexed"] == 2
     with IndexWriter.open(directory) as w2:  # the orphan is collected; the batch can be redone

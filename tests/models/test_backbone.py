@@ -16,7 +16,7 @@ from models.backbone import (
 )
 from models.checkpoint import make_checkpoint
 from models.head import StreamingHeadConfig, create_head
-from models.streaming import FrameSet, StreamingConfig, VideoEncoder
+from models.streaming import StreamingConfig, VideoEncoder
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_video_encoder_batches_videos_without_mixing_state(backbone):
         StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=0
     )
     encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=32, clip_len=8, max_evidence=16))
-    videos = [FrameSet(_frames(n, 10 + n), np.arange(n) * 3, 6.0) for n in (32, 5, 12)]
+    videos = [VideoClip(_frames(n, 10 + n), np.arange(n) * 3, 6.0) for n in (32, 5, 12)]
     together = encoder.encode(videos, texts=["q one", None, "q three"])
     for i, video in enumerate(videos):
         alone = encoder.encode([video], texts=[["q one", None, "q three"][i]])[0]
@@ -163,7 +163,7 @@ def test_online_streaming_matches_head_over_cached_evidence(backbone):
         StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=1
     )
     encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=16, clip_len=4, max_evidence=8))
-    videos = [FrameSet(_frames(n, 30 + n), np.arange(n), 2.0) for n in (16, 6)]
+    videos = [VideoClip(_frames(n, 30 + n), np.arange(n), 2.0) for n in (16, 6)]
     online = encoder.encode(videos)
     cached = encoder.stream(encoder.evidence(videos))
     for a, b in zip(online, cached, strict=True):

@@ -38,7 +38,7 @@ def _build(source: Path, index: Path, model: Path, head: Path | None) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "indexer.cli",
+        "qaslr.commands.indexer",
         "build",
         str(source),
         "--index",

@@ -137,10 +137,10 @@ def test_stage2_score_equals_recomputation(
 
     from indexer.store import IndexReader
     from indexer.video import decode_frames
-    from models.backbone import load_backbone
+    from models.backbone import VideoClip, load_backbone
     from models.head import load_head
     from models.selection import query_aware_positions
-    from models.streaming import FrameSet, StreamingConfig, VideoEncoder
+    from models.streaming import StreamingConfig, VideoEncoder
     from service.app import create_app
 
     index_dir = qaslr_index if kind == "qaslr" else oneshot_index
@@ -166,7 +166,7 @@ def test_stage2_score_equals_recomputation(
                 relevance[positions], abs=1e-5
             )
             frames = decode_frames(rec.path, chosen, size=backbone.frame_shape(rec.width, rec.height))
-            (emb,) = encoder.encode([FrameSet(frames, chosen, rec.fps)], texts=[QUERY])
+            (emb,) = encoder.encode([VideoClip(frames, chosen, rec.fps)], texts=[QUERY])
             expected = float(torch.dot(emb.final, q))
             assert r["score"] == pytest.approx(expected, abs=1e-4)
 

@@ -10,8 +10,8 @@ import torch
 
 from training.aggregators import build_model, load_model, save_model
 from training.data import load_pairs
-from training.engine import pair_losses, score_pairs, stream_items
 from training.evaluate import evaluate_checkpoints, evaluate_pairs, recall_at_k
+from training.scoring import pair_losses, score_pairs, stream_items
 from training.trainer import TrainConfig, Trainer, epoch_batches
 
 

@@ -1,6 +1,6 @@
 """The `indexer` command: build, extend, shrink, inspect and check a video index.
 
-An index is a directory (see indexer/store.py for every file in it) holding the FAISS index of
+An index is a directory (docs/architecture.md describes every file in it) holding the FAISS index of
 query-independent video embeddings, a SQLite metadata store (including videos that failed and why)
 and the frame bank used by the search service's second stage.
 
@@ -14,10 +14,14 @@ Examples:
 A build that is interrupted (Ctrl-C, kill -9, power loss) resumes where it stopped when the same
 command is run again: finished videos are skipped and the result equals an uninterrupted build.
 
+A build stopped by SIGTERM (or Ctrl-C) finishes the batch in hand, leaves a consistent index and
+resumes the same way.
+
 Exit status: 0 success (videos that could not be indexed are recorded, see `indexer stats`); 1 with
 --fail-on-error when any video failed, when `verify` finds problems, or when `remove` is given unknown
 ids; 2 usage errors (bad SOURCE, model not found, settings that do not match the index); 3 the index
-could not be written (disk full, permissions): committed videos are kept; 130 interrupted.
+could not be written (disk full, permissions): committed videos are kept; 130 interrupted (Ctrl-C);
+143 stopped by SIGTERM: committed videos are kept, run the same command again to resume.
 """
 
 from __future__ import annotations
@@ -27,15 +31,28 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sqlite3
 import sys
+import threading
 import time
 
-from qaslr.logs import configure_logging
+from core.config import (
+    BANK_MAX_FRAMES,
+    BANK_PER_SECOND,
+    DEFAULT_CLIP_LEN,
+    DEFAULT_MAX_EVIDENCE,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MODEL_ID,
+    Embedder,
+    candidate_policy,
+)
+from core.logs import configure_logging
 
 logger = logging.getLogger("indexer")
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
 def _env(name: str, default=None):
@@ -61,7 +78,7 @@ def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
         default=_env("QASLR_MODEL"),
         metavar="ID_OR_DIR",
         help="backbone: a Hugging Face hub id or a local Qwen3-VL-Embedding checkpoint directory "
-        "(default: $QASLR_MODEL, else Qwen/Qwen3-VL-Embedding-2B)" + from_index,
+        f"(default: $QASLR_MODEL, else {DEFAULT_MODEL_ID})" + from_index,
     )
     g.add_argument(
         "--head",
@@ -73,7 +90,7 @@ def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
     if build:
         g.add_argument(
             "--embedder",
-            choices=("qaslr", "oneshot"),
+            choices=tuple(Embedder),
             default=None,
             help="qaslr: clips of L frames -> evidence tokens -> streaming head (needs --head); oneshot: the "
             "backbone embeds the K frames in one context (zero-shot, the paper's single-round baseline). "
@@ -99,38 +116,40 @@ def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
             "-K",
             dest="frames",
             type=int,
-            default=128,
+            default=DEFAULT_MAX_FRAMES,
             metavar="K",
-            help="K: frames selected uniformly per video (default 128, paper §3.2); shorter videos use all their frames",
+            help=f"K: frames selected uniformly per video (default {DEFAULT_MAX_FRAMES}, paper §3.2); shorter "
+            "videos use all their frames",
         )
         g.add_argument(
             "--clip-len",
             "-L",
             dest="clip_len",
             type=int,
-            default=16,
+            default=DEFAULT_CLIP_LEN,
             metavar="L",
-            help="L: frames per clip at the full budget K (default 16); fewer for videos with fewer frames",
+            help=f"L: frames per clip at the full budget K (default {DEFAULT_CLIP_LEN}); fewer for videos with "
+            "fewer frames",
         )
         g.add_argument(
             "--max-evidence",
             type=int,
             default=None,
             metavar="M",
-            help="M: evidence tokens kept per clip after compression (default: the head's, else 256)",
+            help=f"M: evidence tokens kept per clip after compression (default: the head's, else {DEFAULT_MAX_EVIDENCE})",
         )
         g.add_argument(
             "--bank-frames",
             type=int,
-            default=256,
+            default=BANK_MAX_FRAMES,
             metavar="C",
-            help="frame bank: at most C candidate frames per video (default 256)",
+            help=f"frame bank: at most C candidate frames per video (default {BANK_MAX_FRAMES})",
         )
         g.add_argument(
             "--bank-per-second",
             type=float,
-            default=1.0,
-            help="frame bank: candidate frames per second of video (default 1.0)",
+            default=BANK_PER_SECOND,
+            help=f"frame bank: candidate frames per second of video (default {BANK_PER_SECOND})",
         )
         g.add_argument(
             "--faiss-factory",
@@ -267,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "\ninterrupted: committed videos are kept; run the same command again to resume", file=sys.stderr
         )
-        return 130
+        return EXIT_INTERRUPTED
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -285,36 +304,25 @@ def run_publish(args) -> int:
     return 0
 
 
-def _load_models(args, *, model: str, head_dir: str | None, embed_dim: int | None = None):
-    """Backbone (+ head) -> (backbone, head or None, head fingerprint or 'oneshot')."""
+def _load(args, *, model: str, head_dir: str | None, embed_dim: int | None = None):
+    """The backbone (+ head) through :mod:`indexer.assembly`, seeded like every build."""
     import torch
 
-    from models.backbone import load_backbone
-    from models.head import head_fingerprint, load_head
+    from indexer.assembly import load_model
 
     torch.manual_seed(args.seed)
-    backbone = load_backbone(model, device=args.device, dtype=args.dtype, embed_dim=embed_dim)
-    if backbone.random_weights:
-        logger.warning(
-            "the backbone %s has RANDOM weights (a generated test checkpoint): the index will work, "
-            "but its rankings are meaningless",
-            model,
-        )
-    if head_dir is None:
-        return backbone, None, "oneshot"
-    head = load_head(head_dir, device=backbone.device)
-    return backbone, head, head_fingerprint(head_dir)
+    return load_model(model, head_dir=head_dir, device=args.device, dtype=args.dtype, embed_dim=embed_dim)
 
 
 def run_build(args) -> int:
     from indexer.pipeline import SourceError, discover
     from indexer.store import IndexFormatError, IndexMismatchError, IndexWriter, Manifest, default_factory
-    from models.backbone import DEFAULT_MODEL_ID, BackboneNotFoundError
+    from models.backbone import BackboneNotFoundError
 
-    embedder = args.embedder or ("qaslr" if args.head else "oneshot")
-    if embedder == "qaslr" and not args.head:
+    embedder = Embedder(args.embedder or (Embedder.QASLR if args.head else Embedder.ONESHOT))
+    if embedder == Embedder.QASLR and not args.head:
         return _usage("--embedder qaslr needs a streaming head: pass --head DIR (or use --embedder oneshot)")
-    problem = _check_numbers(args)
+    problem = _check_numbers(args, build=True)
     if problem:
         return _usage(problem)
     try:
@@ -325,17 +333,23 @@ def run_build(args) -> int:
         logger.warning("no videos found in %s", args.source)
     model = args.model or DEFAULT_MODEL_ID
     try:
-        backbone, head, head_fp = _load_models(
-            args, model=model, head_dir=args.head if embedder == "qaslr" else None, embed_dim=args.embed_dim
+        loaded = _load(
+            args,
+            model=model,
+            head_dir=args.head if embedder == Embedder.QASLR else None,
+            embed_dim=args.embed_dim,
         )
     except (BackboneNotFoundError, FileNotFoundError, ValueError) as exc:
         return _usage(str(exc))
-    max_evidence = args.max_evidence or (head.config.max_evidence_tokens if head is not None else 256)
+    backbone, head = loaded.backbone, loaded.head
+    max_evidence = args.max_evidence or (
+        head.config.max_evidence_tokens if head is not None else DEFAULT_MAX_EVIDENCE
+    )
     manifest = Manifest(
         format_version=1,
         backbone_id=str(model),
         backbone_fingerprint=backbone.fingerprint,
-        head_fingerprint=head_fp,
+        head_fingerprint=loaded.head_fingerprint,
         embedder=embedder,
         embed_dim=backbone.embed_dim,
         hidden_size=backbone.hidden_size,
@@ -344,7 +358,7 @@ def run_build(args) -> int:
         clip_len=args.clip_len,
         num_think_tokens=head.config.num_think_tokens if head is not None else None,
         max_evidence=max_evidence,
-        candidate_policy={"per_second": args.bank_per_second, "max_frames": args.bank_frames},
+        candidate_policy=candidate_policy(args.bank_per_second, args.bank_frames),
         faiss_factory=args.faiss_factory or default_factory(len(items)),
         instruction=args.instruction,
     )
@@ -352,7 +366,7 @@ def run_build(args) -> int:
         writer = IndexWriter.create(args.index, manifest)
     except (IndexMismatchError, IndexFormatError) as exc:
         return _usage(str(exc))
-    code = _run_builder(args, writer, backbone, head, items, factory=args.faiss_factory)
+    code = _run_builder(args, writer, loaded, items, factory=args.faiss_factory)
     if code == 0 and args.publish:
         args.index_dir, args.link = args.index, args.publish
         return run_publish(args)
@@ -360,53 +374,73 @@ def run_build(args) -> int:
 
 
 def run_add(args) -> int:
+    from core.errors import ConfigurationError
+    from indexer.assembly import load_model_for_index
     from indexer.pipeline import SourceError, discover
-    from indexer.store import IndexFormatError, IndexWriter, read_manifest
+    from indexer.store import IndexFormatError, IndexMismatchError, IndexWriter, read_manifest
     from models.backbone import BackboneNotFoundError
 
+    problem = _check_numbers(args, build=False)  # the same checks as build, for the flags add has
+    if problem:
+        return _usage(problem)
     try:
         manifest = read_manifest(args.index)
     except IndexFormatError as exc:
         return _usage(f"{exc} (use `indexer build` to create an index)")
-    if manifest.embedder == "qaslr" and not args.head:
+    if manifest.uses_head and not args.head:
         return _usage("this index uses the QASLR embedder: pass the head it was built with (--head DIR)")
     try:
         items = discover(args.source)
     except SourceError as exc:
         return _usage(str(exc))
-    model = args.model or manifest.backbone_id
+    import torch
+
+    torch.manual_seed(args.seed)
     try:
-        backbone, head, head_fp = _load_models(
-            args,
-            model=model,
-            head_dir=args.head if manifest.embedder == "qaslr" else None,
-            embed_dim=manifest.embed_dim,
+        loaded = load_model_for_index(
+            manifest,
+            args.model or manifest.backbone_id,
+            head_dir=args.head if manifest.uses_head else None,
+            device=args.device,
+            dtype=args.dtype,
         )
-    except (BackboneNotFoundError, FileNotFoundError, ValueError) as exc:
+    except (BackboneNotFoundError, FileNotFoundError, ValueError, ConfigurationError, IndexMismatchError) as exc:
         return _usage(str(exc))
-    if backbone.fingerprint != manifest.backbone_fingerprint or head_fp != manifest.head_fingerprint:
-        return _usage(
-            f"the index was built with backbone {manifest.backbone_id} (fingerprint {manifest.backbone_fingerprint}) "
-            f"and head {manifest.head_fingerprint}; loaded backbone {model} (fingerprint {backbone.fingerprint}) and "
-            f"head {head_fp}. Load the same model, or build a new index."
-        )
-    args.frames, args.clip_len = manifest.max_frames, manifest.clip_len
-    args.bank_frames = manifest.candidate_policy.get("max_frames", 256)
-    args.bank_per_second = manifest.candidate_policy.get("per_second", 1.0)
     writer = IndexWriter.open(args.index)
-    return _run_builder(args, writer, backbone, head, items, factory=None)
+    return _run_builder(args, writer, loaded, items, factory=None)
 
 
-def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
+class _StopOnSignal:
+    """While active, SIGTERM asks the build to stop after the batch in hand (a clean stop)."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.signal: int | None = None
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+        self.event.set()
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _run_builder(args, writer, loaded, items, *, factory) -> int:
     from tqdm import tqdm
 
+    from indexer.assembly import encoder_for
     from indexer.pipeline import Builder, BuildOptions
-    from models.streaming import VideoEncoder
 
     m = writer.manifest
-    config = m.streaming_config(clip_batch_size=args.clip_batch)
     try:
-        encoder = VideoEncoder(backbone, head, config=config, instruction=m.instruction)
+        encoder = encoder_for(m, loaded.backbone, loaded.head, clip_batch_size=args.clip_batch)
     except ValueError as exc:  # head and backbone sizes disagree
         writer.close()
         return _usage(str(exc))
@@ -414,8 +448,8 @@ def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
         batch_videos=args.batch_videos,
         workers=args.workers,
         image_batch=args.image_batch,
-        bank_per_second=m.candidate_policy.get("per_second", 1.0),
-        bank_max_frames=m.candidate_policy.get("max_frames", 256),
+        bank_per_second=m.bank_per_second,
+        bank_max_frames=m.bank_max_frames,
         retry_failed=args.retry_failed,
         faiss_factory=factory,
     )
@@ -435,11 +469,16 @@ def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
             bar.set_postfix_str(f"{frames / max(time.perf_counter() - started, 1e-9):.1f} frames/s")
 
     try:
-        stats = Builder(writer, encoder, options=options).run(items, progress=progress, on_plan=on_plan)
+        with _StopOnSignal() as stop:
+            stats = Builder(writer, encoder, options=options).run(
+                items, progress=progress, on_plan=on_plan, should_stop=stop.event.is_set
+            )
     except (OSError, sqlite3.DatabaseError) as exc:
+        from core.errors import summarize
+
         print(
-            f"indexer: error: could not write the index: {exc}. Committed videos are kept; fix the cause and run "
-            "the same command again to resume.",
+            f"indexer: error: could not write the index: {summarize(exc)}. Committed videos are kept; fix the "
+            "cause and run the same command again to resume.",
             file=sys.stderr,
         )
         return EXIT_IO
@@ -452,6 +491,12 @@ def _run_builder(args, writer, backbone, head, items, *, factory) -> int:
     print(
         f"index: {writer.directory} ({writer.manifest.counts['indexed']} indexed, {writer.manifest.counts['failed']} failed in total; FAISS {writer.manifest.faiss_factory})"
     )
+    if stats.stopped:
+        print(
+            "stopped (SIGTERM): committed videos are kept; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED
     return EXIT_FAILURES if args.fail_on_error and (stats.failed or stats.failed_before) else EXIT_OK
 
 
@@ -527,14 +572,22 @@ def run_verify(args) -> int:
     return EXIT_OK if rep.ok else EXIT_FAILURES
 
 
-def _check_numbers(args) -> str | None:
-    for name in ("frames", "clip_len", "bank_frames", "batch_videos", "clip_batch", "image_batch", "workers"):
+def _check_numbers(args, *, build: bool) -> str | None:
+    """Positive numbers for every count flag the command has (``add`` reads K, L, M and the frame
+    bank from the index, so it has only the throughput flags)."""
+    names = ["batch_videos", "clip_batch", "image_batch", "workers"]
+    if build:
+        names = ["frames", "clip_len", "bank_frames", *names]
+    for name in names:
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
-    if args.max_evidence is not None and args.max_evidence < 1:
-        return "--max-evidence must be at least 1"
-    if not args.bank_per_second > 0:
-        return "--bank-per-second must be positive"
+    if build:
+        if args.max_evidence is not None and args.max_evidence < 1:
+            return "--max-evidence must be at least 1"
+        if args.embed_dim is not None and args.embed_dim < 1:
+            return "--embed-dim must be at least 1"
+        if not args.bank_per_second > 0:
+            return "--bank-per-second must be positive"
     return None
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from training.cli_common import add_feature_arguments
+from qaslr.commands.feature_options import add_feature_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from qaslr.commands.feature_options import default_cache, load_task_pairs, open_store
     from training.aggregators import build_model, load_model, save_model
-    from training.cli_common import default_cache, load_task_pairs, open_store
     from training.data import DataError
     from training.trainer import TrainConfig, Trainer
 

@@ -1,10 +1,13 @@
-"""Options shared by `qaslr train` and `qaslr eval`: the data, the backbone and the feature cache."""
+"""Options shared by `qaslr train` and `qaslr eval` (the data, the backbone, the feature cache) and the
+helpers that turn them into a feature store. Not a command itself."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 from pathlib import Path
+
+from core.config import DEFAULT_CLIP_LEN, DEFAULT_MAX_EVIDENCE, DEFAULT_MAX_FRAMES
 
 logger = logging.getLogger(__name__)
 
@@ -18,9 +21,15 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
         help="feature cache root (default: .qaslr-features next to the --data file); features are "
         "stored under a subfolder named by the backbone and selection fingerprint",
     )
-    g.add_argument("--max-frames", type=int, default=128, help="K_max selected frames per video (paper 128)")
-    g.add_argument("--clip-len", type=int, default=16, help="L frames per clip at full budget (paper 16)")
-    g.add_argument("--evidence-tokens", type=int, default=256, help="M evidence tokens per clip (paper 256)")
+    g.add_argument(
+        "--max-frames", type=int, default=DEFAULT_MAX_FRAMES, help="K_max selected frames per video (paper 128)"
+    )
+    g.add_argument(
+        "--clip-len", type=int, default=DEFAULT_CLIP_LEN, help="L frames per clip at full budget (paper 16)"
+    )
+    g.add_argument(
+        "--evidence-tokens", type=int, default=DEFAULT_MAX_EVIDENCE, help="M evidence tokens per clip (paper 256)"
+    )
     g.add_argument(
         "--selection",
         choices=("uniform", "query-aware"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from training.cli_common import add_feature_arguments
+from qaslr.commands.feature_options import add_feature_arguments
 
 COLUMNS = (
     ("retrieval", "Ret. H@1"),
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from qaslr.commands.feature_options import default_cache, load_task_pairs, open_store
     from training.aggregators import load_model, model_kind
-    from training.cli_common import default_cache, load_task_pairs, open_store
     from training.data import DataError
     from training.evaluate import evaluate_checkpoints, evaluate_pairs, recall_at_k
 

@@ -1,0 +1,74 @@
+"""Every constant more than one module needs, in one place (imports nothing from the project).
+
+Modes are ``StrEnum`` members: they compare equal to, and serialise as, their plain strings, so the
+manifest on disk, the API's JSON and command-line choices keep the same spelling.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Embedder(StrEnum):
+    """How videos are embedded: the streaming head over clips, or one backbone context."""
+
+    QASLR = "qaslr"  # clips of L frames -> evidence tokens -> streaming head (needs a head)
+    ONESHOT = "oneshot"  # the backbone embeds all selected frames at once (zero-shot baseline)
+
+
+class SearchMode(StrEnum):
+    """What ``POST /search`` runs: stage 1 only, or both stages."""
+
+    INDEXED = "indexed"  # FAISS over the stored, query-independent embeddings
+    RERANK = "rerank"  # + query-aware selection and query-conditioned encoding of the shortlist
+
+
+# -- the model ------------------------------------------------------------------------------------
+DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"
+
+# -- how a video is embedded at index time (paper §3.2) --------------------------------------------
+DEFAULT_MAX_FRAMES = 128  # K: frames selected uniformly per video
+DEFAULT_CLIP_LEN = 16  # L: frames per clip at the full budget
+DEFAULT_MAX_EVIDENCE = 256  # M: evidence tokens kept per clip
+
+# -- the frame bank (candidate frames for stage 2) -------------------------------------------------
+BANK_PER_SECOND = 1.0  # candidate frames per second of video
+BANK_MAX_FRAMES = 256  # at most this many per video
+
+
+def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK_MAX_FRAMES) -> dict:
+    """The frame-bank policy as recorded in an index manifest."""
+    return {"per_second": float(per_second), "max_frames": int(max_frames)}
+
+
+# -- request limits (the API's schema and the searcher both enforce these) ----------------------
+MAX_QUERY_CHARS = 1000
+DEFAULT_TOP_K = 10
+MAX_TOP_K = 100
+DEFAULT_SHORTLIST = 10  # R (paper Table 4)
+MAX_SHORTLIST = 200
+DEFAULT_FRAMES = 32  # K' stage-2 frames per candidate
+MAX_FRAMES = 128  # bound on K' (paper K <= 128); a server may configure less
+MAX_SEED = 2**63 - 1
+MAX_FILTER_FIELDS = 32
+MAX_FILTER_KEY_CHARS = 128
+MAX_FILTER_VALUES = 256  # entries of one {"in": [...]} list
+MAX_FILTER_STRING_CHARS = 1000
+MAX_VIDEO_ID_CHARS = 512
+MAX_BODY_BYTES = 64 * 1024  # request bodies beyond this are refused (413) before parsing
+
+
+# -- the application's version ----------------------------------------------------------------------
+PACKAGE = "qaslr-search"
+FALLBACK_VERSION = "0.0.0+unknown"
+
+
+def app_version() -> str:
+    """The installed package's version (pyproject.toml), or a fallback when running from a source
+    tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE)
+    except PackageNotFoundError:
+        return FALLBACK_VERSION

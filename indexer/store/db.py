@@ -1,0 +1,280 @@
+"""The metadata store (``meta.sqlite``): every SQL statement of the project lives in this module.
+
+Rows are read by column name (``sqlite3.Row``), never by position. Table ``videos`` holds one row
+per source video, indexed *and* failed: stable id, FAISS id, path, content fingerprint, fps, frame
+count, duration, size, user metadata (JSON), status, error, the final embedding (float32 bytes),
+the frame-bank location (file, row offset, row count), the candidate frame indices (int64 bytes),
+the commit sequence, the time it was indexed, and the source file's ``size:mtime_ns``. Table
+``state`` holds counters (``next_faiss_id``, ``commit_seq``). A batch becomes part of the index in
+one transaction (:meth:`MetadataStore.commit_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.store.format import STATUS_FAILED, STATUS_INDEXED, IndexFormatError, VideoRecord
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS videos (
+    id TEXT PRIMARY KEY,
+    faiss_id INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    fps REAL NOT NULL,
+    num_frames INTEGER NOT NULL,
+    duration_s REAL NOT NULL,
+    width INTEGER NOT NULL,
+    height INTEGER NOT NULL,
+    metadata TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT,
+    embedding BLOB,
+    bank_file TEXT,
+    bank_offset INTEGER,
+    bank_count INTEGER,
+    frame_indices BLOB,
+    commit_seq INTEGER NOT NULL,
+    indexed_at TEXT NOT NULL,
+    source_stat TEXT
+);
+CREATE INDEX IF NOT EXISTS videos_faiss ON videos(faiss_id);
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+COLUMNS = (
+    "id", "faiss_id", "path", "fingerprint", "fps", "num_frames", "duration_s", "width", "height",
+    "metadata", "status", "error", "embedding", "bank_file", "bank_offset", "bank_count",
+    "frame_indices", "commit_seq", "indexed_at", "source_stat",
+)  # fmt: skip
+_RECORD_COLUMNS = ", ".join(COLUMNS[:12])
+_INSERT = f"INSERT OR REPLACE INTO videos ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
+_CHUNK = 500  # ids per "IN (...)" query, under SQLite's variable limit
+
+
+def record_from_row(row: sqlite3.Row) -> VideoRecord:
+    return VideoRecord(
+        id=row["id"],
+        faiss_id=int(row["faiss_id"]),
+        path=row["path"],
+        fingerprint=row["fingerprint"],
+        fps=float(row["fps"]),
+        num_frames=int(row["num_frames"]),
+        duration_s=float(row["duration_s"]),
+        width=int(row["width"]),
+        height=int(row["height"]),
+        metadata=json.loads(row["metadata"]),
+        status=row["status"],
+        error=row["error"],
+    )
+
+
+@dataclass(frozen=True)
+class BankLocation:
+    file: str
+    offset: int
+    count: int
+
+
+def connect_readonly(path: Path, **kwargs) -> sqlite3.Connection:
+    """Read-only connection to the metadata store. A crash during an SQLite commit leaves a "hot"
+    rollback journal that read-only connections cannot apply; when the directory is writable it is
+    rolled back here first (restoring the last committed state), else the error says what to do."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, **kwargs)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        conn.row_factory = sqlite3.Row
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        journal = Path(f"{path}-journal")
+        if not journal.exists():
+            raise
+        logger.warning("%s: rolling back a transaction interrupted by a crash (%s)", path.name, exc)
+        try:
+            rw = sqlite3.connect(str(path))
+            try:
+                rw.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            finally:
+                rw.close()
+        except sqlite3.OperationalError as exc2:
+            raise IndexFormatError(
+                f"{path} has an interrupted transaction ({journal.name}) that needs write access to roll back: "
+                f"run `indexer verify` once where the index is writable ({exc2})"
+            ) from exc2
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, **kwargs)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def connect_rw(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level="DEFERRED")
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+class MetadataStore:
+    """The queries of the writer, the reader and the maintenance commands over one connection.
+    Not thread-safe by itself: the reader serialises its calls with a lock."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        conn.row_factory = sqlite3.Row
+        self.conn = conn
+
+    @classmethod
+    def open_readonly(cls, path: Path, **kwargs) -> MetadataStore:
+        return cls(connect_readonly(path, **kwargs))
+
+    @classmethod
+    def open_rw(cls, path: Path, *, create: bool = True) -> MetadataStore:
+        store = cls(connect_rw(path))
+        if create:
+            store.create_schema()
+        return store
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def create_schema(self) -> None:
+        with self.conn:
+            self.conn.executescript(SCHEMA)
+
+    # -- checks ----------------------------------------------------------------------------------
+    def integrity_check(self) -> str:
+        """SQLite's full integrity check: "ok", or the first problem it reports."""
+        return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def quick_check(self) -> str:
+        """SQLite's quick check (every page read, indexes not cross-checked): "ok" or a problem."""
+        return str(self.conn.execute("PRAGMA quick_check").fetchone()[0])
+
+    # -- counts and state ------------------------------------------------------------------------
+    def count_videos(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) AS n FROM videos").fetchone()["n"])
+
+    def counts(self) -> dict[str, int]:
+        out = {STATUS_INDEXED: 0, STATUS_FAILED: 0}
+        for row in self.conn.execute("SELECT status, COUNT(*) AS n FROM videos GROUP BY status"):
+            out[row["status"]] = int(row["n"])
+        return out
+
+    def state(self, key: str, default: int = 0) -> int:
+        row = self.conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return int(row["value"]) if row else default
+
+    # -- the writer ------------------------------------------------------------------------------
+    def finished(self) -> dict[str, tuple[str, str, str | None]]:
+        """Every video in the store: id -> (fingerprint, status, source stat)."""
+        rows = self.conn.execute("SELECT id, fingerprint, status, source_stat FROM videos")
+        return {r["id"]: (r["fingerprint"], r["status"], r["source_stat"]) for r in rows}
+
+    def commit_rows(self, rows: Sequence[dict], state: dict[str, int]) -> list[int]:
+        """One transaction: insert (or replace) ``rows`` (dicts keyed by :data:`COLUMNS`) and set the
+        ``state`` counters. Returns the FAISS ids the replaced rows had (they leave FAISS)."""
+        ids = [r["id"] for r in rows]
+        with self.conn:
+            old = [fid for fid in self._faiss_ids_of(ids).values() if fid >= 0]
+            self.conn.executemany(_INSERT, rows)
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)",
+                [(k, str(v)) for k, v in state.items()],
+            )
+        return old
+
+    def _faiss_ids_of(self, ids: Sequence[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = list(ids[start : start + _CHUNK])
+            query = f"SELECT id, faiss_id FROM videos WHERE id IN ({','.join('?' * len(chunk))})"
+            found.update({r["id"]: int(r["faiss_id"]) for r in self.conn.execute(query, chunk)})
+        return found
+
+    def delete(self, ids: Sequence[str]) -> dict[str, int]:
+        """Delete videos by id in one transaction; returns id -> FAISS id of those that existed."""
+        found = self._faiss_ids_of(ids)
+        with self.conn:
+            self.conn.executemany("DELETE FROM videos WHERE id = ?", [(i,) for i in found])
+        return found
+
+    def indexed_faiss_ids(self) -> list[int]:
+        rows = self.conn.execute("SELECT faiss_id FROM videos WHERE status = ?", (STATUS_INDEXED,))
+        return [int(r["faiss_id"]) for r in rows]
+
+    def indexed_embeddings(self) -> Iterator[tuple[int, bytes]]:
+        """(FAISS id, float32 embedding bytes) of every indexed video, by FAISS id."""
+        rows = self.conn.execute(
+            "SELECT faiss_id, embedding FROM videos WHERE status = ? ORDER BY faiss_id", (STATUS_INDEXED,)
+        )
+        for r in rows:
+            yield int(r["faiss_id"]), r["embedding"]
+
+    def embeddings_by_faiss_id(self, fids: Iterable[int]) -> dict[int, bytes]:
+        fids = [int(f) for f in fids]
+        out: dict[int, bytes] = {}
+        for start in range(0, len(fids), _CHUNK):
+            chunk = fids[start : start + _CHUNK]
+            query = f"SELECT faiss_id, embedding FROM videos WHERE faiss_id IN ({','.join('?' * len(chunk))})"
+            out.update({int(r["faiss_id"]): r["embedding"] for r in self.conn.execute(query, chunk)})
+        return out
+
+    def bank_files(self) -> set[str]:
+        rows = self.conn.execute("SELECT DISTINCT bank_file FROM videos WHERE bank_file IS NOT NULL")
+        return {r["bank_file"] for r in rows}
+
+    # -- the reader ------------------------------------------------------------------------------
+    def records(self) -> Iterator[tuple[VideoRecord, BankLocation | None]]:
+        """Every video with its frame-bank location (None for failed videos)."""
+        rows = self.conn.execute(f"SELECT {_RECORD_COLUMNS}, bank_file, bank_offset, bank_count FROM videos")
+        for r in rows:
+            rec = record_from_row(r)
+            bank = None
+            if rec.status == STATUS_INDEXED:
+                bank = BankLocation(r["bank_file"], int(r["bank_offset"] or 0), int(r["bank_count"] or 0))
+            yield rec, bank
+
+    def frame_indices(self, video_id: str) -> bytes | None:
+        row = self.conn.execute("SELECT frame_indices FROM videos WHERE id = ?", (video_id,)).fetchone()
+        return None if row is None else row["frame_indices"]
+
+    def embedding(self, video_id: str) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT embedding FROM videos WHERE id = ? AND status = ?", (video_id, STATUS_INDEXED)
+        ).fetchone()
+        return None if row is None else row["embedding"]
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def status_summary(self) -> dict[str, dict]:
+        """status -> {videos, duration_s, bank_frames}."""
+        rows = self.conn.execute(
+            "SELECT status, COUNT(*) AS n, COALESCE(SUM(duration_s), 0) AS duration, "
+            "COALESCE(SUM(bank_count), 0) AS frames FROM videos GROUP BY status"
+        )
+        return {
+            r["status"]: {"videos": int(r["n"]), "duration_s": float(r["duration"]), "bank_frames": int(r["frames"])}
+            for r in rows
+        }
+
+    def failure_reasons(self) -> list[str | None]:
+        rows = self.conn.execute("SELECT error FROM videos WHERE status = ?", (STATUS_FAILED,))
+        return [r["error"] for r in rows]
+
+    def verify_rows(self) -> list[sqlite3.Row]:
+        """Every row with the columns ``indexer verify`` checks (read them by name)."""
+        return self.conn.execute(
+            "SELECT id, faiss_id, status, num_frames, embedding, bank_file, bank_offset, bank_count, "
+            "frame_indices, fingerprint, path FROM videos"
+        ).fetchall()
+
+    def set_path(self, video_id: str, path: str) -> None:
+        """Point a video at another source file (used when files move)."""
+        with self.conn:
+            self.conn.execute("UPDATE videos SET path = ? WHERE id = ?", (path, video_id))

@@ -1,0 +1,189 @@
+"""``IndexReader``: the read-only view of an index directory (the search service's entry point)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Collection
+from pathlib import Path
+
+import numpy as np
+
+from indexer.store import faiss_index as fx
+from indexer.store.db import BankLocation, MetadataStore
+from indexer.store.filters import matches, parse_filter
+from indexer.store.format import (
+    FAISS_FILE,
+    METADATA,
+    STATUS_FAILED,
+    STATUS_INDEXED,
+    FrameBank,
+    IndexFormatError,
+    VideoRecord,
+    is_bank_file_name,
+    read_manifest,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class IndexReader:
+    """Opens and checks an index directory: the manifest, every page of the metadata store
+    (``verify_pages``; SQLite's quick check), and the FAISS file. Anything unusable raises
+    :class:`IndexFormatError` naming the file. Thread-safe."""
+
+    def __init__(self, directory: str | os.PathLike, *, verify_pages: bool = True):
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        meta = self.directory / METADATA
+        if not meta.is_file():
+            raise IndexFormatError(f"{self.directory}: {METADATA} not found")
+        self._lock = threading.Lock()
+        self._records: dict[str, VideoRecord] = {}
+        self._banks: dict[str, BankLocation] = {}
+        try:
+            self._db = MetadataStore.open_readonly(meta, check_same_thread=False)
+            try:
+                if verify_pages:
+                    problem = self._db.quick_check()
+                    if problem != "ok":
+                        raise IndexFormatError(f"{METADATA} is damaged: {problem}")
+                for rec, bank in self._db.records():
+                    self._records[rec.id] = rec
+                    if bank is not None:
+                        if not is_bank_file_name(bank.file):
+                            raise IndexFormatError(
+                                f"{METADATA}: video {rec.id!r} names an invalid frame-bank file"
+                            )
+                        self._banks[rec.id] = bank
+            except BaseException:
+                self._db.close()
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise IndexFormatError(f"{METADATA} is not a readable index metadata store: {exc}") from exc
+        self._by_faiss = {r.faiss_id: r.id for r in self._records.values() if r.status == STATUS_INDEXED}
+        # the metadata store is authoritative (the manifest may lag it by one interrupted commit)
+        self.manifest.counts = {
+            STATUS_INDEXED: len(self._by_faiss),
+            STATUS_FAILED: sum(r.status == STATUS_FAILED for r in self._records.values()),
+        }
+        self._memmaps: dict[str, np.ndarray] = {}
+        try:
+            self._index = fx.read_faiss(self.directory / FAISS_FILE)
+            if self._index.d != self.manifest.embed_dim:
+                raise IndexFormatError(
+                    f"{FAISS_FILE} has dimension {self._index.d}, manifest says {self.manifest.embed_dim}"
+                )
+            present = set(fx.faiss_ids(self._index).tolist())
+            missing = sorted(set(self._by_faiss) - present)
+            if missing:  # committed after the last FAISS checkpoint (an interrupted build): add them
+                logger.warning(
+                    "%d committed videos are missing from %s; adding them in memory", len(missing), FAISS_FILE
+                )
+                vecs = np.stack([self.embedding(self._by_faiss[f]) for f in missing])
+                self._index.add_with_ids(vecs, np.asarray(missing, dtype=np.int64))
+        except BaseException:
+            self._db.close()
+            raise
+        self._nlist = fx.ivf_nlist(self._index)
+
+    def __len__(self) -> int:
+        return len(self._by_faiss)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def check_compatible(self, *, backbone_fingerprint: str, head_fingerprint: str) -> None:
+        """Raise IndexMismatchError unless the loaded backbone and head are the index's."""
+        from indexer.assembly import check_compatible
+
+        check_compatible(
+            self.manifest,
+            backbone_fingerprint=backbone_fingerprint,
+            head_fingerprint=head_fingerprint,
+            where=f"index {self.directory.name}",
+        )
+
+    def search(
+        self, queries: np.ndarray, k: int, *, allowed_ids: Collection[str] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """Top-k videos per query by inner product: [B, d] float32 -> B lists of (video_id, score)."""
+        q = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+        if q.shape[1] != self.manifest.embed_dim:
+            raise ValueError(f"queries have dimension {q.shape[1]}, index has {self.manifest.embed_dim}")
+        if k <= 0 or len(self) == 0:
+            return [[] for _ in q]
+        allowed_fids = None
+        if allowed_ids is not None:
+            allowed_fids = np.asarray(
+                sorted(
+                    self._records[i].faiss_id for i in allowed_ids if i in self._records and i in self._banks
+                ),
+                dtype=np.int64,
+            )
+            if len(allowed_fids) == 0:
+                return [[] for _ in q]
+        params, selector = fx.search_params(allowed_fids=allowed_fids, nlist=self._nlist)
+        fetch = min(k + 8, self._index.ntotal)  # a few spare slots for ids removed since the checkpoint
+        scores, labels = self._index.search(q, fetch, params=params)
+        del selector  # referenced until the search returned
+        results = []
+        for srow, lrow in zip(scores, labels, strict=True):
+            hits = [
+                (self._by_faiss[int(f)], float(s))
+                for s, f in zip(srow, lrow, strict=True)
+                if int(f) in self._by_faiss
+            ]
+            results.append(hits[:k])
+        return results
+
+    def video(self, video_id: str) -> VideoRecord | None:
+        return self._records.get(video_id)
+
+    def videos(self, *, status: str | None = STATUS_INDEXED) -> list[VideoRecord]:
+        return [r for r in self._records.values() if status is None or r.status == status]
+
+    def filter_ids(self, flt: dict) -> set[str]:
+        """Ids of indexed videos whose metadata match every condition of ``flt``."""
+        conditions = parse_filter(flt)
+        return {vid for vid in self._by_faiss.values() if matches(self._records[vid], conditions)}
+
+    def frame_bank(self, video_id: str) -> FrameBank:
+        if video_id not in self._banks:
+            raise KeyError(f"no indexed video with id {video_id!r}")
+        loc = self._banks[video_id]
+        with self._lock:
+            arr = self._memmaps.get(loc.file)
+            if arr is None:
+                try:
+                    arr = np.load(self.directory / loc.file, mmap_mode="r", allow_pickle=False)
+                except (OSError, ValueError) as exc:
+                    raise IndexFormatError(f"frame bank file {loc.file} is missing or corrupt: {exc}") from exc
+                self._memmaps[loc.file] = arr
+            blob = self._db.frame_indices(video_id)
+        if loc.offset + loc.count > len(arr):
+            raise IndexFormatError(f"frame bank file {loc.file} is shorter than the metadata says")
+        indices = np.frombuffer(blob or b"", dtype=np.int64).copy()
+        return FrameBank(
+            frame_indices=indices,
+            timestamps=indices.astype(np.float64) / self._records[video_id].fps,
+            embeddings=arr[loc.offset : loc.offset + loc.count],
+        )
+
+    def embedding(self, video_id: str) -> np.ndarray:
+        """The stored final embedding v_j [d] float32 (exactly what FAISS was given)."""
+        with self._lock:
+            blob = self._db.embedding(video_id)
+        if blob is None:
+            raise KeyError(f"no indexed video with id {video_id!r}")
+        return np.frombuffer(blob, dtype=np.float32).copy()
+
+    def close(self) -> None:
+        with self._lock:
+            self._memmaps.clear()
+            self._db.close()
