@@ -23,6 +23,14 @@ class SearchMode(StrEnum):
     RERANK = "rerank"  # + query-aware selection and query-conditioned encoding of the shortlist
 
 
+class TextConditioning(StrEnum):
+    """Where a query-conditioned encoding (stage 2) puts the query text in the backbone prompt."""
+
+    NONE = "none"  # no text: the frames alone (selection and a query-conditioned head carry the query)
+    AFTER = "after"  # after the video, the reference embedder's order (causal: visual states unchanged)
+    BEFORE = "before"  # before the video, so every visual hidden state is computed in the query's light
+
+
 # -- the model ------------------------------------------------------------------------------------
 DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"
 

@@ -44,6 +44,12 @@ class EarlyExitGate(nn.Module):
         p = torch.sigmoid(self.mlp(x).squeeze(-1))  # [B, T]
         return torch.where(step_mask, p, 0.0)
 
+    def probability(self, z: Tensor, t: int, total: int) -> Tensor:
+        """p_t while streaming: one readout ``z`` [B, 1, d] at 1-based step ``t`` of ``total``
+        planned steps -> [B] (the same features as :meth:`forward`)."""
+        frac = z.new_full((*z.shape[:2], 1), t / max(total, 1))
+        return torch.sigmoid(self.mlp(torch.cat([z, frac], dim=-1)).squeeze(-1))[:, 0]
+
 
 def exit_step(stop_prob: Sequence[float] | Tensor, valid_steps: int, *, t_min: int, eta: float) -> int:
     """0-based index of the step whose readout is returned (§A.10).

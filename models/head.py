@@ -79,6 +79,9 @@ class StreamingHeadConfig:
     # projected and added to every think token of H_0, so the memory reads each clip's evidence in
     # the query's light from the first step on (the query-conditioned, two-stage setting, §3.1).
     query_conditioning: bool = False
+    # Where the query text went in the backbone prompt when this head was trained on query-conditioned
+    # evidence (core.config.TextConditioning: none, after, before); the encoder uses the same.
+    text_conditioning: str = "after"
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "embed_dim", "num_think_tokens", "max_evidence_tokens", "num_heads"):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core.config import Embedder
+from core.config import Embedder, TextConditioning
 from models.backbone import Backbone, VideoClip
 from models.compression import compress_evidence
 from models.head import StreamingHead
@@ -38,6 +38,11 @@ class StreamingConfig:
     clip_len: int = 16  # L at the full budget (§3.2)
     max_evidence: int = 256  # M evidence tokens per clip (§3.2)
     clip_batch_size: int = 8  # clips per backbone forward pass (shared across videos)
+    short_video_frames: int | None = None  # §3.1: at most this many frames -> one-shot (None: L)
+
+    def __post_init__(self) -> None:
+        if self.short_video_frames is None:
+            object.__setattr__(self, "short_video_frames", self.clip_len)
 
 
 @dataclass
@@ -52,8 +57,32 @@ class EvidenceBanks:
 @dataclass
 class VideoEmbedding:
     final: torch.Tensor  # [d] float32, L2-normalised (z_T, or the one-shot embedding)
-    steps: torch.Tensor  # [T, d] readouts after each clip (one row for one-shot)
-    clip_frames: list[np.ndarray]  # source frame indices of each clip (one entry for one-shot)
+    steps: torch.Tensor  # [T^, d] readouts after each clip used (one row for one-shot)
+    clip_frames: list[np.ndarray]  # source frame indices of each clip used (one entry for one-shot)
+    planned_steps: int = 1  # T: clips planned; fewer were used (len(steps)) after an early exit
+
+    @property
+    def steps_used(self) -> int:
+        return int(self.steps.shape[0])
+
+
+@dataclass
+class ExitPolicy:
+    """Early exit (§A.10): stop a video's stream at the first step t >= t_min with gate p_t >= eta."""
+
+    gate: object  # models.gate.EarlyExitGate: (z [1, T, d], mask [1, T]) -> p [1, T]
+    eta: float
+    t_min: int = 2
+
+    def stops(self, z: torch.Tensor, t: int, planned: int) -> bool:
+        """``z`` [1, d]: the readout after step ``t`` (1-based) of ``planned`` steps."""
+        if t < self.t_min or t >= planned:
+            return False
+        gate = self.gate
+        p = next(gate.parameters())
+        x = z.to(p.device, p.dtype)[:, None, :]  # [1, 1, d]; the gate sees t / T through its input
+        prob = gate.probability(x, t, planned)
+        return bool(prob >= self.eta)
 
 
 def pad_banks(banks: Sequence[EvidenceBanks]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -84,11 +113,17 @@ class VideoEncoder:
         *,
         config: StreamingConfig = StreamingConfig(),
         instruction: str | None = None,
+        text_conditioning: TextConditioning | str | None = None,
     ):
         self.backbone = backbone
         self.head = head.to(backbone.device).eval() if head is not None else None
         self.config = config
         self.instruction = instruction
+        # where query-conditioned encodings put the query text: the head's own training choice, or
+        # the caller's (one-shot); see TextConditioning
+        if text_conditioning is None:
+            text_conditioning = head.config.text_conditioning if head is not None else TextConditioning.AFTER
+        self.text_conditioning = TextConditioning(text_conditioning)
         if head is not None:
             if head.config.hidden_size != backbone.hidden_size:
                 raise ValueError(
@@ -121,35 +156,58 @@ class VideoEncoder:
         """q for each text: [B, d] float32 on the CPU."""
         return self.backbone.embed_texts(list(texts), instruction=instruction or self.instruction).cpu()
 
+    # -- conditioning ------------------------------------------------------------------------------
+    def _prompt_texts(self, texts) -> list[str | None] | None:
+        """The per-video texts that go into the backbone prompt under this encoder's conditioning."""
+        if texts is None or self.text_conditioning == TextConditioning.NONE:
+            return None
+        return list(texts)
+
     # -- streaming pathway -----------------------------------------------------------------------
-    def _clip_jobs(self, videos: Sequence[VideoClip], texts) -> list[tuple[int, np.ndarray, str | None]]:
-        """(video, positions of the clip's frames, conditioning text) for every clip, video-major,
-        clips in chronological order (Eq. 3)."""
+    def _clip_jobs(self, videos: Sequence[VideoClip], texts) -> list[tuple[int, int, np.ndarray, str | None]]:
+        """(video, step, positions of the clip's frames, conditioning text) for every clip, step-major
+        (every video's first clip, then every video's second, ...; Eq. 3 within a video), so that a
+        video that exits early (§A.10) drops out of the remaining backbone batches."""
         jobs = []
         for v, video in enumerate(videos):
             _check(video)
             positions, mask = self.clip_plan(len(video.frames))
-            for row, valid in zip(positions, mask, strict=True):
-                jobs.append((v, row[valid], texts[v] if texts else None))
+            for t, (row, valid) in enumerate(zip(positions, mask, strict=True)):
+                jobs.append((v, t, row[valid], texts[v] if texts else None))
+        jobs.sort(key=lambda job: (job[1], job[0]))
         return jobs
 
-    def _clip_evidence(self, videos: Sequence[VideoClip], texts):
-        """Yield (video, clip frame indices, evidence [M', D], mask [M']) clip by clip, in order.
-        Clips of different videos share backbone batches of ``clip_batch_size``; frames are sliced
-        per batch, so memory does not grow with the number of clips."""
-        jobs = self._clip_jobs(videos, texts)
+    def _clip_evidence(self, videos: Sequence[VideoClip], texts, skip=None):
+        """Yield (video, clip frame indices, evidence [M', D], mask [M']) clip by clip; each video's
+        clips in chronological order. Clips of different videos share backbone batches of
+        ``clip_batch_size``; frames are sliced per batch, so memory does not grow with the number of
+        clips. ``skip(video)`` is asked before a clip is batched: True drops it (early exit)."""
+        jobs = self._clip_jobs(videos, self._prompt_texts(texts))
         step = self.config.clip_batch_size
-        for start in range(0, len(jobs), step):
-            chunk = jobs[start : start + step]
+        while jobs:
+            chunk: list = []
+            in_chunk: set[int] = set()
+            # at most one clip per video in a batch when exits are possible, so a video's exit is
+            # known before its next clip is encoded
+            while jobs and len(chunk) < step and not (skip is not None and jobs[0][0] in in_chunk):
+                job = jobs.pop(0)
+                if skip is None or not skip(job[0]):
+                    chunk.append(job)
+                    in_chunk.add(job[0])
+            if not chunk:
+                continue
             clips = [
                 VideoClip(videos[v].frames[pos], np.asarray(videos[v].frame_indices)[pos], videos[v].fps)
-                for v, pos, _ in chunk
+                for v, _, pos, _ in chunk
             ]
             states = self.backbone.encode_clips(
-                clips, texts=[t for _, _, t in chunk], instruction=self.instruction
+                clips,
+                texts=[t for *_, t in chunk],
+                instruction=self.instruction,
+                text_first=self.text_conditioning == TextConditioning.BEFORE,
             )
             tokens, mask = compress_evidence(states.hidden, states.mask, self.config.max_evidence)  # Eq. 5
-            for (v, _, _), clip, tok, msk in zip(chunk, clips, tokens, mask, strict=True):
+            for (v, *_), clip, tok, msk in zip(chunk, clips, tokens, mask, strict=True):
                 n = int(msk.sum())
                 yield v, np.asarray(clip.frame_indices), tok[:n], msk[:n]
 
@@ -158,7 +216,7 @@ class VideoEncoder:
         self, videos: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None
     ) -> list[EvidenceBanks]:
         """All evidence banks of every video (backbone + compression), e.g. for the training cache.
-        ``texts`` (one per video) conditions every clip of that video."""
+        ``texts`` (one per video) conditions every clip of that video (as ``text_conditioning`` says)."""
         per_video: list[list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]] = [[] for _ in videos]
         for v, frames, tok, msk in self._clip_evidence(videos, texts):
             per_video[v].append((frames, tok, msk))
@@ -174,35 +232,58 @@ class VideoEncoder:
         return banks
 
     @torch.inference_mode()
-    def _stream_online(self, videos: Sequence[VideoClip], texts) -> list[VideoEmbedding]:
+    def _stream_online(
+        self, videos: Sequence[VideoClip], texts, queries, exit_policy
+    ) -> list[VideoEmbedding]:
         """Inference without keeping evidence: each clip's bank updates its video's memory as soon as
-        it is computed (Eq. 7-9), so working memory is one backbone batch plus N x D per video."""
+        it is computed (Eq. 7-9), so working memory is one backbone batch plus N x D per video. With
+        ``exit_policy`` a video stops at the first step t >= t_min whose gate probability reaches eta
+        (§A.10): its remaining clips are never encoded (Eq. 19)."""
         head = self.head
         p = next(head.parameters())
+        planned = [len(self.clip_plan(len(v.frames))[0]) for v in videos]
         state: dict[int, torch.Tensor] = {}
         readouts: list[list[torch.Tensor]] = [[] for _ in videos]
         clip_frames: list[list[np.ndarray]] = [[] for _ in videos]
-        for v, frames, tok, msk in self._clip_evidence(videos, texts):
+        exited: set[int] = set()
+        skip = exited.__contains__ if exit_policy is not None else None
+        for v, frames, tok, msk in self._clip_evidence(videos, texts, skip=skip):
             h = state.get(v)
-            h = head.init_state(1) if h is None else h  # H_0, once per video (Eq. 6)
+            if h is None:  # H_0, once per video (Eq. 6), conditioned on q for a query-conditioned head
+                q = None if queries is None else queries[v : v + 1].to(p.device, p.dtype)
+                h = head.init_state(1, q)
             h = head.update(h, tok[None].to(p.device, p.dtype), msk[None].to(p.device))
             state[v] = h
-            readouts[v].append(head.readout(h)[0].float().cpu())  # z_t
+            z = head.readout(h)  # z_t, [1, d]
+            readouts[v].append(z[0].float().cpu())
             clip_frames[v].append(frames)
+            if exit_policy is not None and exit_policy.stops(z, len(readouts[v]), planned[v]):
+                exited.add(v)
         results = []
         for v in range(len(videos)):
             steps = torch.stack(readouts[v])
-            results.append(VideoEmbedding(final=steps[-1], steps=steps, clip_frames=clip_frames[v]))
+            results.append(
+                VideoEmbedding(
+                    final=steps[-1], steps=steps, clip_frames=clip_frames[v], planned_steps=planned[v]
+                )
+            )
         return results
 
     @torch.inference_mode()
-    def stream(self, banks: Sequence[EvidenceBanks], *, reset_memory: bool = False) -> list[VideoEmbedding]:
+    def stream(
+        self,
+        banks: Sequence[EvidenceBanks],
+        *,
+        reset_memory: bool = False,
+        queries: torch.Tensor | None = None,
+    ) -> list[VideoEmbedding]:
         """Run the streaming head over precomputed evidence banks (independent state per video)."""
         if self.head is None:
             raise RuntimeError("no streaming head loaded: this encoder runs in one-shot mode")
         evidence, mask, steps = pad_banks(banks)
         p = next(self.head.parameters())
-        out = self.head(evidence.to(p.device, p.dtype), mask, steps, reset_memory=reset_memory)
+        q = None if queries is None else queries.to(p.device, p.dtype)
+        out = self.head(evidence.to(p.device, p.dtype), mask, steps, reset_memory=reset_memory, query=q)
         results = []
         for i, bank in enumerate(banks):
             t = bank.tokens.shape[0]
@@ -211,24 +292,59 @@ class VideoEncoder:
                     final=out.final[i].float().cpu(),
                     steps=out.step_embeddings[i, :t].float().cpu(),
                     clip_frames=bank.clip_frames,
+                    planned_steps=t,
                 )
             )
         return results
 
     # -- both pathways ---------------------------------------------------------------------------
+    def is_short(self, num_frames: int) -> bool:
+        """§3.1: short inputs keep the backbone's original (one-shot) embedding pathway; here, a video
+        whose selected frames fit in one clip at the full budget (at most L), where streaming would
+        only cut one backbone context into pieces."""
+        return num_frames <= self.config.short_video_frames
+
     def encode(
-        self, videos: Sequence[VideoClip], *, texts: Sequence[str | None] | None = None
+        self,
+        videos: Sequence[VideoClip],
+        *,
+        texts: Sequence[str | None] | None = None,
+        queries: torch.Tensor | None = None,
+        exit_policy: ExitPolicy | None = None,
     ) -> list[VideoEmbedding]:
-        """Embed each video (optionally conditioned on one text per video)."""
+        """Embed each video, optionally conditioned on one query per video: ``texts`` go into the
+        backbone prompt as ``text_conditioning`` says, ``queries`` [B, d] (their embeddings) into a
+        query-conditioned head. Streaming (QASLR) for long videos, one-shot for short ones (§3.1)
+        and for one-shot encoders; ``exit_policy`` enables early exit (streaming only)."""
         if not videos:
             return []
         if texts is not None and len(texts) != len(videos):
             raise ValueError("texts must have one entry (or None) per video")
-        if self.head is not None:
-            return self._stream_online(videos, texts)
-        return self._oneshot(videos, texts)
+        if queries is not None and len(queries) != len(videos):
+            raise ValueError("queries must have one row per video")
+        if self.head is None:
+            return self._oneshot(videos, texts)
+        long = [i for i, v in enumerate(videos) if not self.is_short(len(v.frames))]
+        short = [i for i in range(len(videos)) if i not in set(long)]
+        out: list[VideoEmbedding | None] = [None] * len(videos)
+
+        def pick(seq, idx):
+            return None if seq is None else [seq[i] for i in idx]
+
+        if long:
+            q = None if queries is None else queries[long]
+            streamed = self._stream_online([videos[i] for i in long], pick(texts, long), q, exit_policy)
+            for i, emb in zip(long, streamed, strict=True):
+                out[i] = emb
+        if short:
+            for i, emb in zip(
+                short, self._oneshot([videos[i] for i in short], pick(texts, short)), strict=True
+            ):
+                out[i] = emb
+        return out  # type: ignore[return-value]
 
     def _oneshot(self, videos: Sequence[VideoClip], texts) -> list[VideoEmbedding]:
+        texts = self._prompt_texts(texts)
         budget = self.config.clip_batch_size * self.config.clip_len  # frames per backbone call
         results: list[VideoEmbedding] = []
         start = 0
@@ -244,10 +360,13 @@ class VideoEncoder:
                 [VideoClip(v.frames, v.frame_indices, v.fps) for v in chunk],
                 texts=list(texts[start:end]) if texts else None,
                 instruction=self.instruction,
+                text_first=self.text_conditioning == TextConditioning.BEFORE,
             ).cpu()
             for v, row in zip(chunk, z, strict=True):
                 results.append(
-                    VideoEmbedding(final=row, steps=row[None], clip_frames=[np.asarray(v.frame_indices)])
+                    VideoEmbedding(
+                        final=row, steps=row[None], clip_frames=[np.asarray(v.frame_indices)], planned_steps=1
+                    )
                 )
             start = end
         return results

@@ -1,6 +1,6 @@
 """The ``qaslr`` command: everything except the index (which is ``indexer``).
 
-Each subcommand is a module of :mod:`qaslr.commands` (``qaslr demo`` is :mod:`qaslr.demo`) exposing
+Each subcommand is a module of :mod:`qaslr.commands` exposing
 ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports happen inside ``run`` so that
 ``qaslr --help`` is instant.
 """
@@ -18,12 +18,22 @@ from core.logs import configure_logging
 COMMANDS: dict[str, tuple[str, str]] = {
     "make-checkpoint": (
         "qaslr.commands.make_checkpoint",
-        "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)",
+        "write a Qwen3-VL-Embedding-shaped checkpoint (tiny-world: trained; tiny, 2b, 8b: random)",
+    ),
+    "train-backbone": (
+        "qaslr.commands.train_backbone",
+        "train the tiny-world backbone on the shapes world (reproduces the shipped weights)",
     ),
     "make-head": ("qaslr.commands.make_head", "write a randomly initialised streaming head for a backbone"),
-    "serve": ("qaslr.commands.serve", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
-    "demo": ("qaslr.demo", "the main job: generate sample videos, index them and serve search"),
-    "make-synthetic": ("qaslr.commands.make_synthetic", "write synthetic needle-in-a-haystack videos and JSONL"),
+    "serve": (
+        "qaslr.commands.serve",
+        "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)",
+    ),
+    "demo": ("qaslr.commands.demo", "the main job: sample videos, index them and serve search"),
+    "make-synthetic": (
+        "qaslr.commands.make_synthetic",
+        "write synthetic needle-in-a-haystack videos and JSONL",
+    ),
     "train": ("qaslr.commands.train", "train a streaming head on query-positive pairs (QASLR recipe)"),
     "eval": ("qaslr.commands.eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
 }

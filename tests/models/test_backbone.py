@@ -147,13 +147,62 @@ def test_video_encoder_batches_videos_without_mixing_state(backbone):
         alone = encoder.encode([video], texts=[["q one", None, "q three"][i]])[0]
         torch.testing.assert_close(together[i].final, alone.final, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(together[i].steps, alone.steps, rtol=1e-4, atol=1e-5)
-    assert [len(v.steps) for v in together] == [4, 3, 3]  # T = ceil(K_V / L), L from frames_per_clip
+    # T = ceil(K_V / L), L from frames_per_clip; the 5-frame video fits one clip (<= L = 8): it keeps
+    # the one-shot pathway (§3.1), one readout
+    assert [len(v.steps) for v in together] == [4, 1, 3]
     # one-shot path: same interface, one readout per video
     oneshot = VideoEncoder(backbone).encode(videos)
     assert all(v.steps.shape == (1, 64) for v in oneshot)
     torch.testing.assert_close(
         oneshot[1].final, VideoEncoder(backbone).encode(videos[1:2])[0].final, rtol=1e-4, atol=1e-5
     )
+
+
+def test_short_videos_keep_the_original_one_shot_pathway(backbone):
+    """§3.1: a video whose frames fit one clip is embedded by the backbone itself (same vector as a
+    one-shot encoder), not streamed through the head; longer ones are streamed."""
+    head = create_head(
+        StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=2
+    )
+    config = StreamingConfig(max_frames=32, clip_len=8, max_evidence=16)
+    qaslr, oneshot = VideoEncoder(backbone, head, config=config), VideoEncoder(backbone, config=config)
+    short, long = VideoClip(_frames(8, 3), np.arange(8), 4.0), VideoClip(_frames(9, 4), np.arange(9), 4.0)
+    a, b = qaslr.encode([short, long])
+    torch.testing.assert_close(a.final, oneshot.encode([short])[0].final, rtol=1e-4, atol=1e-5)
+    assert a.steps_used == 1 and b.steps_used == 3  # 9 frames: clips of 4 (T_max = 4)
+    assert not torch.allclose(b.final, oneshot.encode([long])[0].final, atol=1e-3)
+
+
+def test_early_exit_stops_encoding_and_reports_the_clips_used(backbone):
+    """An exit policy whose gate always says stop ends every long video at t_min; the readout at
+    that step equals the full stream's step-t_min readout, and fewer clips are encoded."""
+    from models.gate import EarlyExitGate
+    from models.streaming import ExitPolicy
+
+    head = create_head(
+        StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=3
+    )
+    encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=16, clip_len=4, max_evidence=8))
+    videos = [VideoClip(_frames(16, 50 + i), np.arange(16), 4.0) for i in range(2)]
+    gate = EarlyExitGate(64, hidden_dim=8)
+    torch.nn.init.zeros_(gate.mlp[2].weight)
+    torch.nn.init.constant_(gate.mlp[2].bias, 10.0)  # p ~ 1 everywhere
+    full = encoder.encode(videos)
+    calls = []
+    real = backbone.encode_clips
+    backbone.encode_clips = lambda clips, **kw: calls.append(len(clips)) or real(clips, **kw)
+    try:
+        early = encoder.encode(videos, exit_policy=ExitPolicy(gate, eta=0.5, t_min=2))
+    finally:
+        backbone.encode_clips = real
+    assert [e.steps_used for e in early] == [2, 2] and [e.planned_steps for e in early] == [4, 4]
+    assert sum(calls) == 4  # 2 clips of each video, not 4
+    for f, e in zip(full, early, strict=True):
+        torch.testing.assert_close(e.final, f.steps[1], rtol=1e-4, atol=1e-5)
+    never = EarlyExitGate(64, hidden_dim=8)
+    torch.nn.init.zeros_(never.mlp[2].weight)
+    torch.nn.init.constant_(never.mlp[2].bias, -10.0)
+    assert [e.steps_used for e in encoder.encode(videos, exit_policy=ExitPolicy(never, eta=0.5))] == [4, 4]
 
 
 def test_online_streaming_matches_head_over_cached_evidence(backbone):
