@@ -172,8 +172,12 @@ def build_model(
     depth: int = 1,
     init_temperature: float = 0.05,
     seed: int = 0,
+    query_conditioning: bool = False,
+    text_conditioning: str = "after",
 ) -> nn.Module:
-    """A freshly initialised aggregator of ``kind`` (qaslr | mean | gru | transformer)."""
+    """A freshly initialised aggregator of ``kind`` (qaslr | mean | gru | transformer). For a QASLR
+    head, ``query_conditioning`` adds the query as its conditioning input and ``text_conditioning``
+    records where the query text sat in the backbone prompt of its training features."""
     if kind not in KINDS:
         raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
     # Default heads: up to 16 with at least 16 dimensions each (16 at D = 2048; 4 at the tiny D = 64).
@@ -189,6 +193,8 @@ def build_model(
             num_heads=heads,
             depth=depth,
             init_temperature=init_temperature,
+            query_conditioning=query_conditioning,
+            text_conditioning=str(text_conditioning),
         )
         return create_head(config, seed=seed)
     with torch.random.fork_rng(devices=[]):

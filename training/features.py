@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.config import TextConditioning
 from core.files import atomic_path, atomic_write
+from models.selection import QFRAME_TEMPERATURE
 from training.data import Pair, Side, VideoRef
 
 logger = logging.getLogger(__name__)
@@ -47,8 +49,9 @@ class FeatureSettings:
     selection: str = "uniform"  # uniform | query-aware (Q-Frame, used for conditioned items, §A.4)
     candidate_per_second: float = 1.0  # frame-bank candidates for query-aware selection
     candidate_max: int = 256
-    qframe_temperature: float = 0.8
-    selection_seed: int = 0
+    qframe_temperature: float = QFRAME_TEMPERATURE  # in units of the bank scores' spread
+    selection_seed: int = 0  # combined with each item's key (models.selection.selection_seed)
+    text_conditioning: str = TextConditioning.AFTER  # where a conditioned item's query text goes
     instruction: str | None = None
     clip_batch_size: int = 16
 
@@ -102,7 +105,11 @@ def required_items(
         for cand in pair.candidates:
             add(cand)
         if scoring == "conditioned" and pair.query.video is None and pair.positive.video is not None:
-            for cand in pair.candidates or (pair.positive,):
+            if not pair.candidates:
+                raise ValueError(
+                    f"pair {pair.id!r}: query-conditioned scoring needs a bounded candidate set (Eq. 1)"
+                )
+            for cand in pair.candidates:
                 add(cand, cond=pair.query.text)
             add(pair.positive, cond=pair.query.text)
     return list(items.values()), list(texts)
@@ -166,13 +173,14 @@ def _window_indices(video: VideoRef, num_frames: int, fps: float) -> np.ndarray:
 class _Selector:
     """Eq. 2: uniform or query-aware (Q-Frame) frame indices for a stream item."""
 
-    def __init__(self, backbone, settings: FeatureSettings):
+    def __init__(self, backbone, settings: FeatureSettings, frames_of=None):
         self.backbone = backbone
         self.settings = settings
+        self.frames_of = frames_of or _FrameCache(backbone)
         self._bank: dict[str, tuple[np.ndarray, torch.Tensor]] = {}  # path -> candidate frames, embeddings
 
     def select(self, item: StreamItem, info) -> np.ndarray:
-        from models.selection import query_aware_positions, uniform_indices
+        from models.selection import query_aware_positions, selection_seed, uniform_indices
 
         video, s = item.video, self.settings
         if video.frames is not None:
@@ -184,24 +192,27 @@ class _Selector:
             return window[uniform_indices(len(window), s.max_frames)]
         cands, emb = self._frame_bank(video.path, info)
         inside = (cands >= window[0]) & (cands <= window[-1])
-        if inside.sum() <= s.max_frames:  # nothing to choose: uniform within the window
-            return window[uniform_indices(len(window), s.max_frames)]
+        if inside.sum() <= s.max_frames:  # nothing to choose: every bank frame, as stage 2 does
+            return cands[inside] if inside.any() else window[uniform_indices(len(window), s.max_frames)]
         q = self.backbone.embed_texts([item.select_query], instruction=s.instruction)[0].float().cpu()
         scores = emb[torch.from_numpy(inside)] @ q  # frame-query similarity
         pos = query_aware_positions(
-            scores, s.max_frames, temperature=s.qframe_temperature, seed=s.selection_seed
+            scores,
+            s.max_frames,
+            temperature=s.qframe_temperature,
+            seed=selection_seed(s.selection_seed, item.key),
         )
         return cands[inside][pos]
 
     def _frame_bank(self, path: str, info) -> tuple[np.ndarray, torch.Tensor]:
-        from indexer.video import candidate_frame_indices, decode_frames
+        from indexer.video import candidate_frame_indices
 
         if path not in self._bank:
             s = self.settings
             cands = candidate_frame_indices(
                 info, max_frames=s.candidate_max, per_second=s.candidate_per_second
             )
-            frames = decode_frames(path, cands, size=self.backbone.frame_shape(info.width, info.height))
+            frames = self.frames_of(path, info, cands)
             emb = self.backbone.embed_images(frames, instruction=s.instruction).float().cpu()
             self._bank[path] = (cands, emb)
         return self._bank[path]
@@ -221,7 +232,7 @@ def build_cache(
     """Encode (once) every item and text ``pairs`` need and return the cache directory."""
     from tqdm import tqdm
 
-    from indexer.video import decode_frames, probe_video
+    from indexer.video import probe_video
     from models.backbone import VideoClip
     from models.streaming import StreamingConfig, VideoEncoder
 
@@ -257,15 +268,20 @@ def build_cache(
         len(texts),
         len(todo_texts),
     )
-    encoder = VideoEncoder(
+    config = StreamingConfig(
+        max_frames=settings.max_frames,
+        clip_len=settings.clip_len,
+        max_evidence=settings.max_evidence,
+        clip_batch_size=settings.clip_batch_size,
+    )
+    # an item's own text (a QA question) goes after the video, the reference order; a query that
+    # conditions a candidate goes where settings.text_conditioning says (as stage 2 will put it)
+    encoder = VideoEncoder(backbone, config=config, instruction=settings.instruction)
+    conditioned = VideoEncoder(
         backbone,
-        config=StreamingConfig(
-            max_frames=settings.max_frames,
-            clip_len=settings.clip_len,
-            max_evidence=settings.max_evidence,
-            clip_batch_size=settings.clip_batch_size,
-        ),
+        config=config,
         instruction=settings.instruction,
+        text_conditioning=settings.text_conditioning,
     )
     if todo_texts:
         embs = torch.cat(
@@ -277,7 +293,8 @@ def build_cache(
         manifest["text_keys"].extend(todo_texts)
         _write_manifest(manifest, manifest_path)
 
-    selector = _Selector(backbone, settings)
+    frames_of = _FrameCache(backbone)
+    selector = _Selector(backbone, settings, frames_of)
     infos: dict[str, object] = {}
     shard: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -292,26 +309,55 @@ def build_cache(
         shard.clear()
 
     bar = tqdm(total=len(todo), desc="encoding evidence", unit="item", disable=not progress)
+    # conditioned and plain items are encoded in separate batches (they differ in text placement)
+    todo.sort(key=lambda it: "|cond:" in it.key)
     for start in range(0, len(todo), videos_per_call):
         chunk = todo[start : start + videos_per_call]
-        framesets = []
-        for item in chunk:
-            if item.video.path not in infos:
-                infos[item.video.path] = probe_video(item.video.path)
-            info = infos[item.video.path]
-            indices = selector.select(item, info)
-            shape = backbone.frame_shape(info.width, info.height)
-            frames = decode_frames(item.video.path, indices, size=shape)  # on demand, §A.2
-            framesets.append(VideoClip(frames=frames, frame_indices=indices, fps=info.fps))
-        banks = encoder.evidence(framesets, texts=[it.text for it in chunk])
-        for item, bank in zip(chunk, banks, strict=True):
-            shard[item.key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
+        for kind in (False, True):
+            part = [it for it in chunk if ("|cond:" in it.key) == kind]
+            if not part:
+                continue
+            framesets = []
+            for item in part:
+                if item.video.path not in infos:
+                    infos[item.video.path] = probe_video(item.video.path)
+                info = infos[item.video.path]
+                indices = selector.select(item, info)
+                frames = frames_of(item.video.path, info, indices)  # decoded on demand, §A.2
+                framesets.append(VideoClip(frames=frames, frame_indices=indices, fps=info.fps))
+            banks = (conditioned if kind else encoder).evidence(framesets, texts=[it.text for it in part])
+            for item, bank in zip(part, banks, strict=True):
+                shard[item.key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
         bar.update(len(chunk))
         if len(shard) >= shard_size:
             flush()
     flush()
     bar.close()
     return directory
+
+
+class _FrameCache:
+    """Decoded frames of the last few videos, by frame index: query-conditioned items select
+    overlapping frames of the same video many times (once per query), each decoded once."""
+
+    def __init__(self, backbone, videos: int = 16):
+        self.backbone = backbone
+        self.videos = videos
+        self._frames: dict[str, dict[int, np.ndarray]] = {}
+
+    def __call__(self, path: str, info, indices: np.ndarray) -> np.ndarray:
+        from indexer.video import decode_frames
+
+        have = self._frames.pop(path, {})
+        self._frames[path] = have  # most recently used last
+        while len(self._frames) > self.videos:
+            self._frames.pop(next(iter(self._frames)))
+        missing = sorted({int(i) for i in indices} - set(have))
+        if missing:
+            shape = self.backbone.frame_shape(info.width, info.height)
+            for i, frame in zip(missing, decode_frames(path, missing, size=shape), strict=True):
+                have[i] = frame
+        return np.stack([have[int(i)] for i in indices])
 
 
 def _atomic_save(obj, path: Path) -> None:

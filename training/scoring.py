@@ -59,8 +59,11 @@ def stream_items(
     *,
     control: str = "none",
     seed: int = 0,
+    queries: Tensor | None = None,
 ) -> Embedded:
-    """Run the aggregator over the cached evidence of ``keys`` (each video keeps its own state)."""
+    """Run the aggregator over the cached evidence of ``keys`` (each video keeps its own state).
+    ``queries`` [len(keys), d]: the conditioning input of a query-conditioned head (Eq. 4), one row
+    per key; ignored by aggregators that take none."""
     if control not in CONTROLS:
         raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
     rng = np.random.default_rng(seed)
@@ -76,8 +79,22 @@ def stream_items(
         evidence[i, : tok.shape[0], : tok.shape[1]] = tok
         mask[i, : msk.shape[0], : msk.shape[1]] = msk
         steps[i, : tok.shape[0]] = True
-    out = model(evidence, mask, steps, reset_memory=control == "reset")
+    kwargs = {}
+    if queries is not None and takes_query(model):
+        kwargs["query"] = queries.to(p.device, p.dtype)
+    out = model(evidence, mask, steps, reset_memory=control == "reset", **kwargs)
     return Embedded(final=out.final, steps=out.step_embeddings, step_mask=out.step_mask)
+
+
+def takes_query(model: nn.Module) -> bool:
+    """A streaming head trained with the query as its conditioning input (Eq. 4, c = q)."""
+    return bool(getattr(getattr(model, "config", None), "query_conditioning", False))
+
+
+def _conditioning_queries(store: FeatureStore, texts: Sequence[str | None]) -> Tensor | None:
+    if any(t is None for t in texts):
+        return None
+    return torch.stack([store.text(t) for t in texts])
 
 
 def embed_sides(
@@ -208,22 +225,48 @@ def _distill(streamed: list[Embedded], like: Tensor) -> Tensor:
 
 
 def _conditioned_losses(model, store, pairs, query: Embedded, tau) -> LossTerms:
+    """Eq. 11-13 for query-conditioned scoring (Eq. 1, second case): row i scores candidates encoded
+    under its own query q_i. The columns of row i are its bounded candidate set (the paired positive
+    is the target) plus, as in-batch negatives, the other rows' positives whenever their evidence
+    encoded under q_i is in the cache; candidates of the positive's group other than the positive
+    itself are co-positives and are masked out of the denominator (Eq. 11)."""
     b = len(pairs)
-    sets = [list(p.candidates) or [p.positive] for p in pairs]
+    sets: list[list[Side]] = []
+    for i, p in enumerate(pairs):
+        if not p.candidates:
+            raise ValueError(
+                f"pair {p.id!r}: query-conditioned scoring needs a bounded candidate set (Eq. 1); "
+                "a pair without candidates would give a one-column, always-zero loss"
+            )
+        cands = list(p.candidates)
+        keys = {c.key() for c in cands}
+        if p.positive.key() not in keys:
+            cands.insert(0, p.positive)
+            keys.add(p.positive.key())
+        for j, other in enumerate(pairs):  # in-batch negatives, where encoded under this query
+            k = other.positive.key()
+            if j != i and k not in keys and conditioned_key(other.positive, p.query.text) in store.evidence:
+                cands.append(other.positive)
+                keys.add(k)
+        sets.append(cands)
     c = max(len(s) for s in sets)
-    keys, owner = [], []
+    keys, rows = [], []
     for i, (p, cands) in enumerate(zip(pairs, sets, strict=True)):
         for cand in cands:
             keys.append(conditioned_key(cand, p.query.text))
-            owner.append(i)
-    cand = stream_items(model, store, keys)
+            rows.append(i)
+    queries = query.final[torch.tensor(rows)] if takes_query(model) else None
+    cand = stream_items(model, store, keys, queries=queries)
     d, t = cand.final.shape[-1], cand.steps.shape[1]
     finals = cand.final.new_zeros(b, c, d)
     steps = cand.final.new_zeros(b, c, t, d)
     valid = torch.zeros(b, c, t, dtype=torch.bool, device=cand.final.device)
     present = torch.zeros(b, c, dtype=torch.bool, device=cand.final.device)
+    co_positive = torch.zeros(b, c, dtype=torch.bool, device=cand.final.device)
+    target = torch.zeros(b, dtype=torch.long, device=cand.final.device)
+    groups = {p.positive.key(): p.group for p in pairs}
     k = 0
-    for i, cands in enumerate(sets):
+    for i, (p, cands) in enumerate(zip(pairs, sets, strict=True)):
         n = len(cands)
         finals[i, :n], steps[i, :n], valid[i, :n] = (
             cand.final[k : k + n],
@@ -231,11 +274,15 @@ def _conditioned_losses(model, store, pairs, query: Embedded, tau) -> LossTerms:
             cand.step_mask[k : k + n],
         )
         present[i, :n] = True
+        pos = p.positive.key()
+        target[i] = next(j for j, x in enumerate(cands) if x.key() == pos)
+        for j, x in enumerate(cands):
+            same_group = p.group is not None and groups.get(x.key(), None) == p.group
+            co_positive[i, j] = j != target[i] and same_group
         k += n
-    target = torch.tensor([max(p.target_index, 0) for p in pairs], device=finals.device)
     logits = torch.einsum("bd,bcd->bc", query.final, finals) / tau  # s_ij = q_i . v_ij / tau (Eq. 1)
-    final = contrastive_loss(logits, target, ~present)
-    step = step_loss_conditioned(query.final, steps, valid, target, tau)
+    final = contrastive_loss(logits, target, ~present | co_positive)
+    step = step_loss_conditioned(query.final, steps, valid & ~co_positive[..., None], target, tau)
     distill = distill_loss(cand.steps, cand.step_mask)
     return LossTerms(final=final, step=step, distill=distill)
 
@@ -267,20 +314,32 @@ def score_pairs(
     """For every pair, the scores q . v of its bounded candidate set (in listed order)."""
     model.eval()
     texts: dict[str, Tensor] = {}
-    stream_keys: dict[str, None] = {}
+    stream_keys: dict[str, str | None] = {}  # item key -> the query it is conditioned on
     for p in pairs:
         for side, cond in _scored_sides(p, scoring):
             if side.video is None:
                 texts[side.text] = store.text(side.text)
             else:
-                stream_keys[_key(side, cond)] = None
+                stream_keys[_key(side, cond)] = cond
     embs: dict[str, Tensor] = {}
-    keys = list(stream_keys)
-    for start in range(0, len(keys), batch_size):
-        chunk = keys[start : start + batch_size]
-        out = stream_items(model, store, chunk, control=control, seed=seed + start)
+    # conditioned and plain items in separate chunks: only the former give a query-conditioned head its q
+    keys = sorted(stream_keys, key=lambda k: stream_keys[k] is not None)
+    start = 0
+    while start < len(keys):
+        conditioned = stream_keys[keys[start]] is not None
+        end = start
+        while (
+            end < len(keys)
+            and end - start < batch_size
+            and (stream_keys[keys[end]] is not None) == conditioned
+        ):
+            end += 1
+        chunk = keys[start:end]
+        queries = _conditioning_queries(store, [stream_keys[k] for k in chunk]) if conditioned else None
+        out = stream_items(model, store, chunk, control=control, seed=seed + start, queries=queries)
         for i, key in enumerate(chunk):
             embs[key] = readout_at(out, i, fraction).float().cpu()
+        start = end
     scores = []
     for p in pairs:
         q = _vec(p.query, None, texts, embs)

@@ -283,3 +283,133 @@ def make_synthetic(
         logger.info("%s: %d videos, %d pairs", split, len(specs), len(pairs))
     (out / "synthetic.json").write_text(json.dumps(truth, indent=1) + "\n")
     return written
+
+
+# -- long-video retrieval pairs for the two-stage recipe --------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrievalSetConfig:
+    """Long world videos with brief events (the benchmark's conditions) as retrieval pairs."""
+
+    train_corpora: int = 2  # corpora of ``videos`` single-event videos (all events distinct within one)
+    val_corpora: int = 1
+    test_corpora: int = 1
+    videos: int = 32
+    order_pairs: int = 8  # mirror pairs per split ("a then b" / "b then a")
+    min_duration_s: float = 90.0
+    max_duration_s: float = 240.0
+    candidates: int = 8  # bounded candidate set per query (the positive + hard and random negatives)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.candidates < 2:
+            raise ValueError("candidates must be >= 2")
+        if not 2 <= self.videos <= 32:
+            raise ValueError("videos must be between 2 and 32")
+
+
+def _retrieval_pairs(corpora, order, rng: np.random.Generator, candidates: int, root: Path) -> list[Pair]:
+    from world.vocab import parse_event
+
+    def side(corpus, video) -> Side:
+        return Side(video=VideoRef(str(corpus.root / video.path)))
+
+    pairs: list[Pair] = []
+    for corpus in corpora:
+        singles = [v for v in corpus.videos if v.kind == "single"]
+        for video in singles:
+            kind = parse_event(video.events[0][0])
+            others = [v for v in singles if v.id != video.id]
+            hard = [v for v in others if parse_event(v.events[0][0]).colour == kind.colour
+                    or parse_event(v.events[0][0]).shape == kind.shape]  # fmt: skip
+            n_hard = min(len(hard), candidates // 2)
+            chosen = [hard[i] for i in rng.choice(len(hard), n_hard, replace=False)] if n_hard else []
+            rest = [v for v in others if v not in chosen]
+            chosen += [rest[i] for i in rng.choice(len(rest), candidates - 1 - n_hard, replace=False)]
+            cands = [side(corpus, v) for v in [video, *chosen]]
+            rng.shuffle(cands)
+            pairs.append(
+                Pair(
+                    id=f"{video.id}-ret",
+                    task="retrieval",
+                    query=Side(text=video.queries[0]),
+                    positive=side(corpus, video),
+                    candidates=tuple(cands),
+                    group=f"{corpus.root.name}/{video.id}",
+                    meta={"kind": "single"},
+                )
+            )
+    if order is not None:
+        ordered = [v for v in order.videos if v.kind == "order"]
+        for video in ordered:
+            mirror = next(v for v in ordered if v.group == video.group and v.id != video.id)
+            rest = [v for v in ordered if v.group != video.group]
+            k = min(len(rest), candidates - 2)
+            chosen = [mirror] + [rest[i] for i in rng.choice(len(rest), k, replace=False)]
+            cands = [side(order, v) for v in [video, *chosen]]
+            rng.shuffle(cands)
+            pairs.append(
+                Pair(
+                    id=f"{video.id}-order",
+                    task="retrieval",
+                    query=Side(text=video.queries[0]),
+                    positive=side(order, video),
+                    candidates=tuple(cands),
+                    group=f"{order.root.name}/{video.id}",
+                    meta={"kind": "ordered"},
+                )
+            )
+    return pairs
+
+
+def make_retrieval_set(
+    out_dir: str | os.PathLike, config: RetrievalSetConfig = RetrievalSetConfig()
+) -> dict[str, Path]:
+    """Render (or reuse) world corpora per split and write ``{split}.jsonl`` retrieval pairs (each
+    query with a bounded candidate set of hard and random negatives, as a first stage would hand
+    over) and ``{split}_videos.jsonl`` indexer manifests. Splits share no video."""
+    from world.corpus import CorpusConfig, make_corpus
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(config.seed)
+    counts = {"train": config.train_corpora, "val": config.val_corpora, "test": config.test_corpora}
+    written: dict[str, Path] = {}
+    seed = config.seed * 1000
+    for split, n in counts.items():
+        corpora = []
+        for c in range(n):
+            seed += 1
+            corpora.append(
+                make_corpus(
+                    out / f"{split}-{c}",
+                    CorpusConfig(
+                        videos=config.videos, seed=seed, prefix=f"{split[:2]}{c}-",
+                        min_duration_s=config.min_duration_s, max_duration_s=config.max_duration_s,
+                    ),
+                    progress=True,
+                )
+            )  # fmt: skip
+        order = None
+        if config.order_pairs:
+            seed += 1
+            order = make_corpus(
+                out / f"{split}-order",
+                CorpusConfig(
+                    videos=0, order_pairs=config.order_pairs, seed=seed, prefix=f"{split[:2]}o",
+                    min_duration_s=config.min_duration_s, max_duration_s=config.max_duration_s,
+                ),
+                progress=True,
+            )  # fmt: skip
+        pairs = _retrieval_pairs(corpora, order, rng, config.candidates, out)
+        written[split] = write_pairs(out / f"{split}.jsonl", pairs)
+        with open(out / f"{split}_videos.jsonl", "w", encoding="utf-8") as f:
+            for corpus in [*corpora, *([order] if order else [])]:
+                for v in corpus.videos:
+                    f.write(
+                        json.dumps({"id": f"{corpus.root.name}/{v.id}", "path": str(corpus.root / v.path)})
+                        + "\n"
+                    )
+        logger.info("%s: %d pairs", split, len(pairs))
+    return written

@@ -51,10 +51,10 @@ class CorpusConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 < self.videos <= len(EVENTS) and self.order_pairs == 0:
-            raise ValueError(f"a corpus has 1..{len(EVENTS)} single-event videos (distinct events)")
         if self.videos > len(EVENTS) or self.videos < 0:
             raise ValueError(f"at most {len(EVENTS)} single-event videos (their events are distinct)")
+        if self.videos + self.order_pairs == 0:
+            raise ValueError("a corpus needs at least one video")
         if not 0 < self.min_duration_s <= self.max_duration_s:
             raise ValueError("need 0 < min_duration_s <= max_duration_s")
         if not 1.0 <= self.event_s[0] <= self.event_s[1]:

@@ -90,11 +90,12 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from qaslr.commands.feature_options import default_cache, load_task_pairs, open_store
+    from qaslr.commands.feature_options import apply_recipe, default_cache, load_task_pairs, open_store
     from training.aggregators import load_model, model_kind
     from training.data import DataError
     from training.evaluate import evaluate_checkpoints, evaluate_pairs, recall_at_k
 
+    apply_recipe(args)
     try:
         pairs = load_task_pairs(args.data, args.tasks)
     except DataError as exc:

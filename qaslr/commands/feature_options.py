@@ -50,6 +50,21 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
         help="Eq. 1: indexable (one query-independent embedding per video) or conditioned (each "
         "candidate of a bounded set encoded under each query)",
     )
+    g.add_argument(
+        "--text-conditioning",
+        choices=("none", "after", "before"),
+        default="after",
+        help="where a query-conditioned candidate's query text goes in the backbone prompt: none, "
+        "after the video (the reference order) or before it (default: after)",
+    )
+    g.add_argument(
+        "--recipe",
+        choices=("indexable", "two-stage"),
+        default=None,
+        help="shorthand: indexable = uniform selection and indexable scoring (a head for `indexer "
+        "build`); two-stage = query-aware selection, conditioned scoring and a query-conditioned head "
+        "(a rerank head for the service's stage 2, QASLR_RERANK_HEAD)",
+    )
     g.add_argument("--instruction", default=None, help="backbone instruction (system message)")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument(
@@ -58,6 +73,16 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
         help="comma-separated subset of retrieval,moment,classification,qa (default: all in the file)",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def apply_recipe(args) -> None:
+    """--recipe fills in the options it stands for."""
+    if getattr(args, "recipe", None) == "indexable":
+        args.selection, args.scoring = "uniform", "indexable"
+    elif getattr(args, "recipe", None) == "two-stage":
+        args.selection, args.scoring = "query-aware", "conditioned"
+        if hasattr(args, "query_conditioning"):
+            args.query_conditioning = True
 
 
 def feature_settings(args):
@@ -69,6 +94,7 @@ def feature_settings(args):
         max_evidence=args.evidence_tokens,
         selection=args.selection,
         instruction=args.instruction,
+        text_conditioning=args.text_conditioning,
     )
 
 

@@ -1,11 +1,19 @@
-"""Write a synthetic long-video "needle in a haystack" data set for CPU training and evaluation.
+"""Write a shapes-world data set for CPU training and evaluation (docs/shapes-world.md).
 
-Slowly drifting noise videos, each with two brief coloured-shape events ("a red square appears") at
-known times, in mirror pairs (same two events, opposite order). Writes OUT/videos/*.mp4,
-OUT/{train,val,test}.jsonl (retrieval, ordered retrieval, moment, classification and QA pairs in the
-`qaslr train` format) and OUT/synthetic.json (ground truth). The splits share no video.
+--kind tasks (default): grey haystack videos, each with two brief coloured-shape events ("a red
+square appears") at known times, in mirror pairs (same two events, opposite order). Writes
+OUT/videos/*.mp4, OUT/{train,val,test}.jsonl (retrieval, ordered retrieval, moment, classification
+and QA pairs in the `qaslr train` format) and OUT/synthetic.json (ground truth).
+
+--kind retrieval: long videos (--min-duration/--max-duration, default 90-240 s) with one brief event
+each (the benchmark's conditions) in corpora of 32 distinct events, plus mirror pairs for ordered
+queries; OUT/{train,val,test}.jsonl hold text -> video pairs with bounded candidate sets of hard and
+random negatives (what a first stage hands to stage 2): the data of `qaslr train --recipe two-stage`.
+
+The splits share no video.
 
 Example:  qaslr make-synthetic /tmp/syn --train-videos 96 --val-videos 16 --test-videos 32 --seed 0
+          qaslr make-synthetic /tmp/ret --kind retrieval --seed 0
 """
 
 from __future__ import annotations
@@ -17,14 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from training.synthetic import SyntheticConfig
 
     d = SyntheticConfig()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("out", help="output directory")
+    p.add_argument("--kind", choices=("tasks", "retrieval"), default="tasks", help="which data set (above)")
     p.add_argument("--train-videos", type=int, default=d.train_videos, help="even (mirror pairs)")
     p.add_argument("--val-videos", type=int, default=d.val_videos)
     p.add_argument("--test-videos", type=int, default=d.test_videos)
     p.add_argument("--size", type=int, default=d.size, help="frame side in pixels (tiny backbone: 64)")
     p.add_argument("--fps", type=float, default=d.fps)
-    p.add_argument("--min-duration", type=float, default=d.min_duration_s, help="seconds")
-    p.add_argument("--max-duration", type=float, default=d.max_duration_s, help="seconds")
+    p.add_argument("--min-duration", type=float, default=None, help="seconds (default: by --kind)")
+    p.add_argument("--max-duration", type=float, default=None, help="seconds (default: by --kind)")
     p.add_argument("--windows", type=int, default=d.windows, help="moment-retrieval windows per video")
     p.add_argument(
         "--candidates", type=int, default=d.candidates, help="video candidates per retrieval query"
@@ -33,8 +43,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.synthetic import SyntheticConfig, make_synthetic
+    from training.synthetic import RetrievalSetConfig, SyntheticConfig, make_retrieval_set, make_synthetic
 
+    if args.kind == "retrieval":
+        d = RetrievalSetConfig()
+        try:
+            config = RetrievalSetConfig(
+                min_duration_s=args.min_duration or d.min_duration_s,
+                max_duration_s=args.max_duration or d.max_duration_s,
+                candidates=args.candidates
+                if args.candidates != SyntheticConfig().candidates
+                else d.candidates,
+                seed=args.seed,
+            )
+        except ValueError as exc:
+            print(f"error: {exc}")
+            return 2
+        for split, path in make_retrieval_set(args.out, config).items():
+            print(f"{split}: {path}")
+        return 0
+    d = SyntheticConfig()
     try:
         config = SyntheticConfig(
             train_videos=args.train_videos,
@@ -42,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
             test_videos=args.test_videos,
             size=args.size,
             fps=args.fps,
-            min_duration_s=args.min_duration,
-            max_duration_s=args.max_duration,
+            min_duration_s=args.min_duration or d.min_duration_s,
+            max_duration_s=args.max_duration or d.max_duration_s,
             windows=args.windows,
             candidates=args.candidates,
             seed=args.seed,

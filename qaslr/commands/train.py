@@ -43,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--heads", type=int, default=None, help="attention heads (default: <=16, >=16 dims each)")
     m.add_argument("--init-temperature", type=float, default=0.05, help="initial tau (learnable)")
     m.add_argument("--init-head", default=None, help="start from this head directory instead of a fresh one")
+    m.add_argument(
+        "--query-conditioning",
+        action="store_true",
+        help="the head takes the query embedding as its conditioning input (Eq. 4, c = q); for rerank "
+        "heads trained with --scoring conditioned (on with --recipe two-stage)",
+    )
     o = p.add_argument_group("optimisation")
     o.add_argument("--epochs", type=int, default=5, help="epochs (paper: 3-5)")
     o.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
@@ -90,12 +96,16 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from qaslr.commands.feature_options import default_cache, load_task_pairs, open_store
+    from qaslr.commands.feature_options import apply_recipe, default_cache, load_task_pairs, open_store
     from training.aggregators import build_model, load_model, save_model
     from training.data import DataError
     from training.trainer import TrainConfig, Trainer
 
     log = logging.getLogger("qaslr.train")
+    apply_recipe(args)
+    if args.query_conditioning and args.scoring != "conditioned":
+        print("error: --query-conditioning needs --scoring conditioned (a rerank head sees the query)")
+        return 2
     out = Path(args.out)
     try:
         train_pairs = load_task_pairs(args.data, args.tasks)
@@ -125,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
             depth=args.depth,
             init_temperature=args.init_temperature,
             seed=args.seed,
+            query_conditioning=args.query_conditioning,
+            text_conditioning=args.text_conditioning,
         )
     if args.device:
         model.to(args.device)
