@@ -118,6 +118,58 @@ def test_every_task_and_both_scorings_give_finite_losses(
     assert [len(s) for s in scores] == [len(p.candidates) for p in batch]
 
 
+def test_conditioned_loss_is_never_a_one_column_zero_and_masks_co_positives(
+    synthetic_set, tiny_checkpoint, tmp_path
+):
+    """The query-conditioned loss used to fall back to the positive alone when a pair listed no
+    candidates: a one-column cross-entropy, identically 0. Now such a pair is refused, a real
+    candidate set gives a positive loss with gradients, other pairs' positives encoded under the
+    query join as in-batch negatives, and a co-positive (same group) leaves the denominator."""
+    import dataclasses
+
+    from models.backbone import load_backbone
+    from models.head import StreamingHeadConfig, create_head
+    from training.features import FeatureSettings, FeatureStore, build_cache
+
+    pairs, seen = [], set()
+    for p in load_pairs(synthetic_set / "train.jsonl"):  # three retrieval pairs of unrelated videos
+        if p.task == "retrieval" and p.group not in seen and len(pairs) < 3:
+            pairs.append(p)
+            seen.add(p.group)
+    settings = FeatureSettings(max_frames=8, clip_len=2, max_evidence=32, selection="query-aware")
+    backbone = load_backbone(tiny_checkpoint, device="cpu")
+    # pair 1's query is also encoded against pair 0's positive (so it can be an in-batch negative)
+    extra = dataclasses.replace(pairs[1], id="x", candidates=(pairs[1].positive, pairs[0].positive))
+    store = FeatureStore(
+        build_cache(
+            tmp_path, backbone=backbone, pairs=[*pairs, extra], settings=settings, scoring="conditioned",
+            progress=False,
+        )
+    )  # fmt: skip
+    head = create_head(
+        StreamingHeadConfig(
+            hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, query_conditioning=True
+        ),
+        seed=0,
+    )
+    terms = pair_losses(head, store, pairs, scoring="conditioned")
+    assert terms.final > 0.05
+    terms.final.backward()
+    assert head.query_proj.weight.grad is not None and head.query_proj.weight.grad.abs().sum() > 0
+
+    lonely = [dataclasses.replace(p, candidates=()) for p in pairs]
+    with pytest.raises(ValueError, match="bounded candidate set"):
+        pair_losses(head, store, lonely, scoring="conditioned")
+
+    # in-batch negative: pair 0's positive joins row 1 when it was encoded under row 1's query
+    only_pos = [dataclasses.replace(p, candidates=(p.positive,)) for p in pairs[:2]]
+    with_negative = pair_losses(head, store, only_pos, scoring="conditioned").final
+    assert with_negative > 0  # row 1 has a negative although it lists none
+    # a co-positive (same group as the positive) is masked: the loss is what it was without it
+    same_group = [dataclasses.replace(p, group="g") for p in only_pos]
+    assert pair_losses(head, store, same_group, scoring="conditioned").final < 1e-6
+
+
 def test_feature_cache_is_incremental_and_decodes_by_index(
     synthetic_set, feature_store, tiny_checkpoint, tmp_path
 ):
