@@ -59,7 +59,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None) -> Iterator[IO[Any]]:
+def atomic_open(
+    path: str | os.PathLike, mode: str = "wb", *, encoding: str | None = None
+) -> Iterator[IO[Any]]:
     """``with atomic_open(dest, "w") as f: f.write(...)``: a file object whose content replaces
     ``dest`` atomically when the block ends without an exception."""
     if not mode.startswith("w"):

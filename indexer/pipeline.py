@@ -47,6 +47,7 @@ from indexer.video import (
 
 logger = logging.getLogger(__name__)
 
+
 class SourceError(ValueError):
     """The SOURCE argument (folder or JSONL manifest) cannot be read; nothing was written."""
 

@@ -21,9 +21,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write a random Qwen3-VL-Embedding-shaped checkpoint (tiny, 2b, 8b)",
     ),
     "make-head": ("qaslr.commands.make_head", "write a randomly initialised streaming head for a backbone"),
-    "serve": ("qaslr.commands.serve", "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)"),
+    "serve": (
+        "qaslr.commands.serve",
+        "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)",
+    ),
     "demo": ("qaslr.demo", "the main job: generate sample videos, index them and serve search"),
-    "make-synthetic": ("qaslr.commands.make_synthetic", "write synthetic needle-in-a-haystack videos and JSONL"),
+    "make-synthetic": (
+        "qaslr.commands.make_synthetic",
+        "write synthetic needle-in-a-haystack videos and JSONL",
+    ),
     "train": ("qaslr.commands.train", "train a streaming head on query-positive pairs (QASLR recipe)"),
     "eval": ("qaslr.commands.eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
 }

@@ -65,7 +65,9 @@ class Engine:
                 embed_dim=backbone.embed_dim,
                 where=f"the new index {path.name}",
             )
-            encoder, searcher = _searcher_for(new_index, self.settings, self.encoder.backbone, self.head, self.cache, reuse=self.encoder)
+            encoder, searcher = _searcher_for(
+                new_index, self.settings, self.encoder.backbone, self.head, self.cache, reuse=self.encoder
+            )
         except BaseException:
             new_index.close()
             raise
@@ -102,7 +104,9 @@ def _searcher_for(index: IndexReader, settings: Settings, backbone, head, cache:
     from indexer.assembly import encoder_for
     from service.searcher import Searcher
 
-    encoder = encoder_for(index.manifest, backbone, head, clip_batch_size=settings.clip_batch_size, reuse=reuse)
+    encoder = encoder_for(
+        index.manifest, backbone, head, clip_batch_size=settings.clip_batch_size, reuse=reuse
+    )
     return encoder, Searcher(encoder, index, cache, settings=settings, frame_size=backbone.frame_size)
 
 

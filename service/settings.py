@@ -65,10 +65,10 @@ class Settings(BaseSettings):
     default_shortlist: int = Field(
         DEFAULT_SHORTLIST, ge=1, le=MAX_SHORTLIST, description="R when the request gives none (paper: 10)"
     )
-    default_frames: int = Field(DEFAULT_FRAMES, ge=1, description="K' stage-2 frames per candidate when not given")
-    max_frames: int = Field(
-        MAX_FRAMES, ge=1, description="upper bound on a request's K' (paper K <= 128)"
+    default_frames: int = Field(
+        DEFAULT_FRAMES, ge=1, description="K' stage-2 frames per candidate when not given"
     )
+    max_frames: int = Field(MAX_FRAMES, ge=1, description="upper bound on a request's K' (paper K <= 128)")
     selection_temperature: float = Field(0.8, gt=0, description="Q-Frame softmax temperature")
     selection_seed: int = Field(0, description="default Gumbel seed of query-aware selection")
     decode_workers: int = Field(4, ge=1, le=64, description="threads decoding cache misses (one video each)")

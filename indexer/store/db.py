@@ -55,7 +55,9 @@ COLUMNS = (
     "frame_indices", "commit_seq", "indexed_at", "source_stat",
 )  # fmt: skip
 _RECORD_COLUMNS = ", ".join(COLUMNS[:12])
-_INSERT = f"INSERT OR REPLACE INTO videos ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
+_INSERT = (
+    f"INSERT OR REPLACE INTO videos ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
+)
 _CHUNK = 500  # ids per "IN (...)" query, under SQLite's variable limit
 
 
@@ -259,7 +261,11 @@ class MetadataStore:
             "COALESCE(SUM(bank_count), 0) AS frames FROM videos GROUP BY status"
         )
         return {
-            r["status"]: {"videos": int(r["n"]), "duration_s": float(r["duration"]), "bank_frames": int(r["frames"])}
+            r["status"]: {
+                "videos": int(r["n"]),
+                "duration_s": float(r["duration"]),
+                "bank_frames": int(r["frames"]),
+            }
             for r in rows
         }
 

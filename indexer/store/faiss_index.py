@@ -114,7 +114,11 @@ def search_params(*, allowed_fids: np.ndarray | None, nlist: int):
     nprobe = max(1, min(64, nlist // 8))
     sel = faiss.IDSelectorBatch(allowed_fids) if allowed_fids is not None else None
     if nlist > 0:
-        params = faiss.SearchParametersIVF(nprobe=nprobe) if sel is None else faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)
+        params = (
+            faiss.SearchParametersIVF(nprobe=nprobe)
+            if sel is None
+            else faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)
+        )
     else:
         params = None if sel is None else faiss.SearchParameters(sel=sel)
     return params, sel

@@ -163,7 +163,9 @@ class IndexReader:
                 try:
                     arr = np.load(self.directory / loc.file, mmap_mode="r", allow_pickle=False)
                 except (OSError, ValueError) as exc:
-                    raise IndexFormatError(f"frame bank file {loc.file} is missing or corrupt: {exc}") from exc
+                    raise IndexFormatError(
+                        f"frame bank file {loc.file} is missing or corrupt: {exc}"
+                    ) from exc
                 self._memmaps[loc.file] = arr
             blob = self._db.frame_indices(video_id)
         if loc.offset + loc.count > len(arr):

@@ -236,7 +236,10 @@ class IndexWriter:
                 logger.warning("%s; rebuilding it from %s", exc, METADATA)
         if index is not None and index.d != self.manifest.embed_dim:
             logger.warning(
-                "%s has dimension %d, expected %d; rebuilding it", FAISS_FILE, index.d, self.manifest.embed_dim
+                "%s has dimension %d, expected %d; rebuilding it",
+                FAISS_FILE,
+                index.d,
+                self.manifest.embed_dim,
             )
             index = None
         if index is not None:

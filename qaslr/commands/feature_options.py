@@ -22,13 +22,19 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
         "stored under a subfolder named by the backbone and selection fingerprint",
     )
     g.add_argument(
-        "--max-frames", type=int, default=DEFAULT_MAX_FRAMES, help="K_max selected frames per video (paper 128)"
+        "--max-frames",
+        type=int,
+        default=DEFAULT_MAX_FRAMES,
+        help="K_max selected frames per video (paper 128)",
     )
     g.add_argument(
         "--clip-len", type=int, default=DEFAULT_CLIP_LEN, help="L frames per clip at full budget (paper 16)"
     )
     g.add_argument(
-        "--evidence-tokens", type=int, default=DEFAULT_MAX_EVIDENCE, help="M evidence tokens per clip (paper 256)"
+        "--evidence-tokens",
+        type=int,
+        default=DEFAULT_MAX_EVIDENCE,
+        help="M evidence tokens per clip (paper 256)",
     )
     g.add_argument(
         "--selection",

@@ -404,7 +404,13 @@ def run_add(args) -> int:
             device=args.device,
             dtype=args.dtype,
         )
-    except (BackboneNotFoundError, FileNotFoundError, ValueError, ConfigurationError, IndexMismatchError) as exc:
+    except (
+        BackboneNotFoundError,
+        FileNotFoundError,
+        ValueError,
+        ConfigurationError,
+        IndexMismatchError,
+    ) as exc:
         return _usage(str(exc))
     writer = IndexWriter.open(args.index)
     return _run_builder(args, writer, loaded, items, factory=None)
