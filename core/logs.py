@@ -11,14 +11,11 @@ things live on disk, nor a key.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+from core.errors import strip_paths
 
-# An absolute POSIX path with at least one directory: "/a/b", "/a/b/c.txt" (not "/search", not the
-# "//host" of a URL, not a path inside a word such as "km/h").
-_ABS_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"(),;:<>\[\]{}|]+/)+([^\s/'\"(),;:<>\[\]{}|]*)")
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class Redactor:
@@ -34,7 +31,7 @@ class Redactor:
             text = text.replace(secret, "***")
         for path in self.paths:
             text = text.replace(path, f".../{path.rstrip('/').rsplit('/', 1)[-1]}")
-        return _ABS_PATH.sub(lambda m: f".../{m.group(1)}", text)
+        return strip_paths(text)
 
 
 class RedactingFormatter(logging.Formatter):
