@@ -75,7 +75,11 @@ def main() -> int:
     shutil.copytree(index, out / "after_full")
     (mount / "ballast").unlink(missing_ok=True)
     resumed = _indexer([*build, "--index", str(index)])
-    report.update(resume_status=resumed.returncode, resume_stdout=resumed.stdout[-3000:], resume_stderr=resumed.stderr[-3000:])
+    report.update(
+        resume_status=resumed.returncode,
+        resume_stdout=resumed.stdout[-3000:],
+        resume_stderr=resumed.stderr[-3000:],
+    )
     verify = _indexer(["verify", "--index", str(index)])
     report.update(verify_after_resume=verify.returncode, verify_after_resume_out=verify.stdout[-3000:])
     shutil.copytree(index, out / "resumed")

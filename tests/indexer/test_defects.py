@@ -50,7 +50,10 @@ def test_no_unguarded_first_line_of_a_message_anywhere():
 @pytest.fixture
 def small_index(tmp_path, sample_videos, tiny_checkpoint):
     index = tmp_path / "idx"
-    assert main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    assert (
+        main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON])
+        == 0
+    )
     return index
 
 
@@ -68,7 +71,9 @@ def test_verify_survives_a_faiss_error_without_a_message(small_index, monkeypatc
     assert "index.faiss" in capsys.readouterr().out
 
 
-def test_build_records_decoder_errors_without_a_message(sample_videos, tiny_checkpoint, tmp_path, monkeypatch):
+def test_build_records_decoder_errors_without_a_message(
+    sample_videos, tiny_checkpoint, tmp_path, monkeypatch
+):
     import decord
 
     def broken(*args, **kwargs):
@@ -76,18 +81,32 @@ def test_build_records_decoder_errors_without_a_message(sample_videos, tiny_chec
 
     monkeypatch.setattr(decord, "VideoReader", broken)
     index = tmp_path / "idx"
-    assert main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    assert (
+        main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON])
+        == 0
+    )
     with IndexReader(index) as r:
         failed = r.videos(status="failed")
         assert len(failed) == 4 and {v.error for v in failed} == {"cannot open as video: _Silent"}
 
 
-def test_add_checks_numbers_like_build(sample_videos, tiny_checkpoint, tiny_head, tmp_path, video_factory, capsys):
+def test_add_checks_numbers_like_build(
+    sample_videos, tiny_checkpoint, tiny_head, tmp_path, video_factory, capsys
+):
     """`indexer add --clip-batch 0` on a QASLR index used to record every new video as failed."""
     index = tmp_path / "idx"
     first = tmp_path / "first"
     video_factory(first / "first.mp4", num_frames=24, fps=12, seed=1)
-    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), "--head", str(tiny_head)]
+    build = [
+        "build",
+        str(first),
+        "--index",
+        str(index),
+        "--model",
+        str(tiny_checkpoint),
+        "--head",
+        str(tiny_head),
+    ]
     assert main([*build, *COMMON]) == 0
     capsys.readouterr()
     for flag in ("--clip-batch", "--batch-videos", "--image-batch", "--workers"):
@@ -96,7 +115,10 @@ def test_add_checks_numbers_like_build(sample_videos, tiny_checkpoint, tiny_head
         assert f"{flag} must be at least 1" in capsys.readouterr().err
     with IndexReader(index) as r:
         assert {v.id for v in r.videos(status=None)} == {"first.mp4"}  # nothing recorded as failed
-    assert main(["add", str(sample_videos), "--index", str(index), "--head", str(tiny_head), "--no-progress"]) == 0
+    assert (
+        main(["add", str(sample_videos), "--index", str(index), "--head", str(tiny_head), "--no-progress"])
+        == 0
+    )
     with IndexReader(index) as r:
         assert len(r) == 5 and r.videos(status="failed") == []
 

@@ -41,7 +41,16 @@ def corpus(tmp_path_factory, video_factory):
 def clean(tmp_path_factory, corpus, tiny_checkpoint):
     """An uninterrupted build of the corpus, one video per batch."""
     index = tmp_path_factory.mktemp("clean") / "idx"
-    args = ["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), "--batch-videos", "1"]
+    args = [
+        "build",
+        str(corpus),
+        "--index",
+        str(index),
+        "--model",
+        str(tiny_checkpoint),
+        "--batch-videos",
+        "1",
+    ]
     assert main([*args, *COMMON]) == 0
     return index
 
@@ -96,7 +105,16 @@ def test_disk_full_mid_build_exits_3_keeps_commits_and_resumes(corpus, clean, ti
 
 def test_sigterm_mid_build_stops_cleanly_and_resumes(corpus, clean, tiny_checkpoint, tmp_path):
     index = tmp_path / "idx"
-    cmd = ["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), "--batch-videos", "1"]
+    cmd = [
+        "build",
+        str(corpus),
+        "--index",
+        str(index),
+        "--model",
+        str(tiny_checkpoint),
+        "--batch-videos",
+        "1",
+    ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "qaslr.commands.indexer", *cmd, *COMMON],
         env=dict(os.environ, OMP_NUM_THREADS="1"),
@@ -118,7 +136,10 @@ def test_sigterm_mid_build_stops_cleanly_and_resumes(corpus, clean, tiny_checkpo
     assert proc.returncode == 143, stderr[-2000:]
     assert "run the same command again to resume" in stderr and "Traceback" not in stderr
     report = verify_index(index)
-    assert report.ok and report.warnings == [], (report.errors, report.warnings)  # a clean stop: nothing to repair
+    assert report.ok and report.warnings == [], (
+        report.errors,
+        report.warnings,
+    )  # a clean stop: nothing to repair
     with IndexReader(index) as r:
         stopped_with = len(r.videos(status=None))
     assert 2 <= stopped_with < len(GOOD | BAD)
