@@ -144,26 +144,53 @@ def _install_sighup(state: AppState):
 
 def serve(settings: Settings | None = None, *, engine=None) -> None:
     """Run the API under uvicorn until interrupted (``qaslr serve`` and ``qaslr demo`` call this)."""
+    import signal
+
     import uvicorn
 
+    from core.logs import redact_output
+
     settings = settings or Settings()
-    redact_logs(settings)
+    restore_output = redact_output(redact_logs(settings))  # native libraries' output too
     app = create_app(settings, engine=engine)
     logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
-    # SIGTERM/SIGINT: stop accepting, let in-flight searches finish (at most their deadline), then
-    # shut down; uvicorn's loggers go through the (redacting) root handlers
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        log_config=None,
-        timeout_graceful_shutdown=int(settings.request_timeout_s) + 5,
-    )
+    # SIGTERM: uvicorn stops accepting, lets in-flight searches finish (at most their deadline) and
+    # shuts down; then it re-raises the signal, which this handler turns into a normal exit
+    previous = _set_handler(signal.SIGTERM, _exit_quietly)
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            access_log=False,
+            log_config=None,  # uvicorn's loggers go through the (redacting) root handlers
+            timeout_graceful_shutdown=int(settings.request_timeout_s) + 5,
+        )
+    except _GracefulExit:
+        logger.info("stopped by SIGTERM after draining in-flight requests")
+    finally:
+        _set_handler(signal.SIGTERM, previous)
+        restore_output()
 
 
-def redact_logs(settings: Settings) -> None:
+class _GracefulExit(SystemExit):
+    pass
+
+
+def _exit_quietly(signum, frame) -> None:
+    raise _GracefulExit(0)
+
+
+def _set_handler(signum, handler):
+    import signal
+
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
+
+
+def redact_logs(settings: Settings):
     """From here on, the process's log names no filesystem path and no key: API keys and the Redis
     URL's password become ``***``, and paths keep only their last component (core.logs)."""
     from urllib.parse import urlsplit
@@ -179,4 +206,6 @@ def redact_logs(settings: Settings) -> None:
     if Path(settings.model).exists():  # a local checkpoint directory (a hub id is not a path)
         paths.append(str(settings.model))
     paths += [str(Path(p).resolve()) for p in paths]
-    configure_logging(settings.log_level, redact=Redactor(secrets, paths))
+    redactor = Redactor(secrets, paths)
+    configure_logging(settings.log_level, redact=redactor)
+    return redactor
