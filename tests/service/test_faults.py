@@ -204,7 +204,16 @@ def test_sigterm_drains_in_flight_requests(qaslr_index, tiny_checkpoint, tiny_he
     port = free_port()
     log = tmp_path / "server.log"
     cmd = _serve_cmd(
-        qaslr_index, tiny_checkpoint, tiny_head, port, "--max-frames", "16", "--default-frames", "8", "--queue-size", "16"
+        qaslr_index,
+        tiny_checkpoint,
+        tiny_head,
+        port,
+        "--max-frames",
+        "16",
+        "--default-frames",
+        "8",
+        "--queue-size",
+        "16",
     )
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
