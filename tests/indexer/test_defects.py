@@ -163,3 +163,43 @@ def test_docs_stand_on_their_own():
         "Errors and exit codes",
     ):
         assert f"## {heading}" in doc, heading
+
+
+def test_one_home_for_sql_and_for_atomic_writes():
+    """All SQL lives in indexer/store/db.py; every file replacement goes through core/files.py
+    (publish's symlink swap is a rename of a link, not a file write; training/backbone.py belongs to
+    the shapes-world work and still has its own)."""
+    sql = re.compile(r"\"(SELECT|INSERT|UPDATE|DELETE|PRAGMA|CREATE) ")
+    replace = re.compile(r"os\.replace\(|\.replace\(state_file\)|mkstemp\(")
+    sql_outside, replace_outside = [], []
+    for package in ("core", "models", "indexer", "service", "training", "qaslr"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel = str(path.relative_to(ROOT))
+            text = path.read_text(encoding="utf-8")
+            if sql.search(text) and rel != "indexer/store/db.py":
+                sql_outside.append(rel)
+            if replace.search(text) and rel not in (
+                "core/files.py",
+                "indexer/publish.py",
+                "training/backbone.py",
+            ):
+                replace_outside.append(rel)
+    assert sql_outside == [] and replace_outside == []
+
+
+def test_atomic_write_replaces_durably(tmp_path, monkeypatch):
+    import os
+
+    from core import files
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(files.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    target = tmp_path / "f.json"
+    target.write_text("old")
+    files.atomic_write(target, "new")
+    assert target.read_text() == "new" and len(synced) == 2  # the file, then its directory
+    with pytest.raises(RuntimeError), files.atomic_open(target, "w") as f:
+        f.write("half")
+        raise RuntimeError("crash mid-write")
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
