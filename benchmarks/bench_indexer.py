@@ -125,6 +125,7 @@ def main(argv=None) -> int:
 
     import torch
 
+    from core.config import Embedder
     from indexer.pipeline import Builder, BuildOptions, decode_video, discover
     from indexer.store import IndexWriter, Manifest
     from indexer.video import decode_frames
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
         format_version=1,
         backbone_id=model,
         backbone_fingerprint=backbone.fingerprint,
-        head_fingerprint=head_fingerprint(args.head) if args.head else "oneshot",
+        head_fingerprint=head_fingerprint(args.head) if args.head else Embedder.ONESHOT,
         embedder=encoder.mode,
         embed_dim=backbone.embed_dim,
         hidden_size=backbone.hidden_size,

@@ -64,7 +64,7 @@ def needle_recall(hit, video, bank) -> float | None:
 
 
 def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
-    from indexer.cli import main as indexer_main
+    from qaslr.commands.indexer import main as indexer_main
 
     args = ["build", str(manifest), "--index", str(index), "--model", str(model), "--no-progress"]
     args += ["--head", str(head)] if head else ["--embedder", "oneshot"]

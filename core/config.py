@@ -51,13 +51,17 @@ def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK
 
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------
 MAX_QUERY_CHARS = 1000
+# A query must hold a character other than these (ASCII white space), and is trimmed of them; the
+# API schema states the same rule as a pattern, so the document and the server agree exactly.
+QUERY_BLANKS = " \t\n\r\x0b\x0c"
+QUERY_PATTERN = r"[^ \t\n\r\x0b\x0c]"
 DEFAULT_TOP_K = 10
 MAX_TOP_K = 100
 DEFAULT_SHORTLIST = 10  # R (paper Table 4)
 MAX_SHORTLIST = 200
 DEFAULT_FRAMES = 32  # K' stage-2 frames per candidate
 MAX_FRAMES = 128  # bound on K' (paper K <= 128); a server may configure less
-MAX_SEED = 2**63 - 1
+MAX_SEED = 2**53 - 1  # exactly representable as a JSON (double) number
 MAX_FILTER_FIELDS = 32
 MAX_FILTER_KEY_CHARS = 128
 MAX_FILTER_VALUES = 256  # entries of one {"in": [...]} list

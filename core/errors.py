@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+# An absolute POSIX path with at least one directory: "/a/b", "/a/b/c.txt" (not "/search", not the
+# "//host" of a URL, not a path inside a word such as "km/h").
+ABS_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"(),;:<>\[\]{}|]+/)+([^\s/'\"(),;:<>\[\]{}|]*)")
+
 _DECORD_NOISE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")  # "[07:32:08] /src/video/video_reader.cc:151: "
 
 
@@ -16,6 +20,12 @@ def summarize(exc: BaseException, *, limit: int = 200) -> str:
         if line:
             return line[:limit]
     return type(exc).__name__
+
+
+def strip_paths(text: str) -> str:
+    """``text`` with every absolute filesystem path cut to its last component (``.../name``): for
+    reasons that are stored in an index or shown to API clients."""
+    return ABS_PATH.sub(lambda m: f".../{m.group(1)}", text)
 
 
 def describe(exc: BaseException, *, limit: int = 200) -> str:

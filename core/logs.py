@@ -10,15 +10,13 @@ things live on disk, nor a key.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import re
 from collections.abc import Iterable
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+from core.errors import strip_paths
 
-# An absolute POSIX path with at least one directory: "/a/b", "/a/b/c.txt" (not "/search", not the
-# "//host" of a URL, not a path inside a word such as "km/h").
-_ABS_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"(),;:<>\[\]{}|]+/)+([^\s/'\"(),;:<>\[\]{}|]*)")
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class Redactor:
@@ -34,7 +32,7 @@ class Redactor:
             text = text.replace(secret, "***")
         for path in self.paths:
             text = text.replace(path, f".../{path.rstrip('/').rsplit('/', 1)[-1]}")
-        return _ABS_PATH.sub(lambda m: f".../{m.group(1)}", text)
+        return strip_paths(text)
 
 
 class RedactingFormatter(logging.Formatter):
@@ -56,3 +54,70 @@ def configure_logging(level: str = "INFO", *, redact: Redactor | None = None) ->
         for handler in root.handlers:
             handler.setFormatter(RedactingFormatter(redact))
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its CPU-feature probing is noise
+
+
+def redact_output(redact: Redactor, fds: tuple[int, ...] = (1, 2)):
+    """Route this process's stdout and stderr *file descriptors* through ``redact``, line by line,
+    so that output written below Python's logging (native libraries such as decord print errors
+    with file paths straight to fd 2) is redacted too. Returns ``restore()``, which puts the
+    original descriptors back and waits for the pending output to be written."""
+    import os
+    import sys
+    import threading
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pumps = []
+    for fd in fds:
+        original = os.dup(fd)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        pump = threading.Thread(
+            target=_pump, args=(read_end, original, redact), name=f"redact-fd{fd}", daemon=True
+        )
+        pump.start()
+        pumps.append((fd, original, pump))
+
+    def restore() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        for fd, original, _ in pumps:
+            os.dup2(original, fd)  # the pipe loses its last writer: the pump sees the end
+        for _, original, pump in pumps:
+            pump.join(5)
+            os.close(original)
+
+    return restore
+
+
+def _pump(read_end: int, out: int, redact: Redactor) -> None:
+    import os
+    import re
+
+    pending = b""
+    with os.fdopen(read_end, "rb", buffering=0) as src:
+        while True:
+            chunk = src.read(1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            parts = re.split(rb"(?<=[\r\n])", pending)
+            pending = parts.pop()  # the unfinished line (b"" after a newline)
+            if len(pending) > 1 << 16:  # a very long line: pass it on in pieces
+                parts.append(pending)
+                pending = b""
+            for part in parts:
+                _write(out, redact(part.decode("utf-8", "replace")).encode("utf-8"))
+        if pending:
+            _write(out, redact(pending.decode("utf-8", "replace")).encode("utf-8"))
+
+
+def _write(fd: int, data: bytes) -> None:
+    import os
+
+    with contextlib.suppress(OSError):  # a closed terminal must not block the writers
+        while data:
+            data = data[os.write(fd, data) :]

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
-from core.errors import describe, summarize
+from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.video import (
     VideoError,
@@ -193,9 +193,9 @@ def decode_video(
         out.uniform = np.searchsorted(union, uniform)
         out.candidates = np.searchsorted(union, cand)
     except VideoError as exc:
-        out.error = summarize(exc)
+        out.error = strip_paths(summarize(exc))  # reasons are shown to API clients: no paths
     except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
-        out.error = describe(exc)
+        out.error = strip_paths(describe(exc))
     out.seconds = time.perf_counter() - start
     return out
 
@@ -396,7 +396,7 @@ class Builder:
             return {id(d): r for d, r in zip(group, fn(group), strict=True)}
         except Exception as exc:  # noqa: BLE001 - any model error is isolated per video below
             if len(group) == 1:
-                group[0].error = f"model failed: {describe(exc)}"
+                group[0].error = strip_paths(f"model failed: {describe(exc)}")
                 return {}
             logger.warning("batch failed (%s); retrying its videos one by one", summarize(exc))
             out = {}

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
-from core.errors import summarize
+from core.errors import strip_paths, summarize
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _reader(path: str | os.PathLike, size: tuple[int, int] | None = None):
     try:
         return decord.VideoReader(str(path), ctx=decord.cpu(0), **kwargs)
     except Exception as exc:  # decord raises its own DECORDError / RuntimeError on bad input
-        raise VideoError(f"cannot open as video: {summarize(exc)}") from exc
+        raise VideoError(f"cannot open as video: {strip_paths(summarize(exc))}") from exc
 
 
 def probe_video(path: str | os.PathLike) -> VideoInfo:
@@ -93,7 +93,7 @@ def decode_frames(path: str | os.PathLike, indices, *, size: tuple[int, int]) ->
     try:
         frames = vr.get_batch(indices.tolist()).asnumpy()
     except Exception as exc:
-        raise VideoError(f"decoding failed: {summarize(exc)}") from exc
+        raise VideoError(f"decoding failed: {strip_paths(summarize(exc))}") from exc
     return np.ascontiguousarray(frames, dtype=np.uint8)
 
 

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from core.config import DEFAULT_MAX_EVIDENCE
 from core.files import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class StreamingHeadConfig:
     hidden_size: int  # D, the backbone hidden size
     embed_dim: int  # d, the shared embedding space
     num_think_tokens: int = 32  # N (§3.2)
-    max_evidence_tokens: int = 256  # M (§3.2), the compression budget per clip
+    max_evidence_tokens: int = DEFAULT_MAX_EVIDENCE  # M (§3.2), the compression budget per clip
     num_heads: int = 16
     ffn_mult: int = 4
     depth: int = 1  # update blocks applied per clip step; Eq. 7-8 is depth 1

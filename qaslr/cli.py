@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("qaslr.commands.demo", "the main job: sample videos, index them and serve search"),
     "make-synthetic": (
         "qaslr.commands.make_synthetic",
-        "write synthetic needle-in-a-haystack videos and JSONL",
+        "write shapes-world training data (task pairs, or long-video retrieval pairs)",
     ),
     "train": ("qaslr.commands.train", "train a streaming head on query-positive pairs (QASLR recipe)"),
     "eval": ("qaslr.commands.eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),

@@ -13,10 +13,12 @@ import logging
 import threading
 import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 
-from service.errors import RequestIdMiddleware, install_error_handlers
+from core.config import MAX_BODY_BYTES, app_version
+from service.errors import BodyLimitMiddleware, RequestIdMiddleware, install_error_handlers
 from service.routers import admin, health, search, videos
 from service.settings import Settings
 from service.state import AppState
@@ -29,6 +31,7 @@ DESCRIPTION = """Long-video retrieval with Query-Aware Streaming Latent Reasonin
   query-aware frame selection and query-conditioned encoding of the shortlist (paper §A.4).
 * Every response carries `X-Request-ID`; errors are `{"error": {"code", "message", "field"}, "request_id"}`.
 * When API keys are configured, send `Authorization: Bearer <key>` or `X-API-Key: <key>`.
+* Request bodies are limited to 64 KiB (413 beyond).
 """
 
 
@@ -79,19 +82,39 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
 
     app = FastAPI(
         title="QASLR long-video search",
-        version="0.1.0",
+        version=app_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
     )
     app.state.qaslr = state
     install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware, state=state)
     app.add_middleware(RequestIdMiddleware)  # added last = outermost: ids even on 500s
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(videos.router)
     app.include_router(admin.router)
+    _state_server_bounds(app, settings)
     return app
+
+
+def _state_server_bounds(app: FastAPI, settings: Settings) -> None:
+    """Write this server's own bound on ``frames`` (its max_frames) into the OpenAPI document, so
+    that the document never calls a request valid that the server refuses."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = build()
+            frames = schema["components"]["schemas"]["SearchRequest"]["properties"]["frames"]
+            for option in frames.get("anyOf", [frames]):
+                if option.get("type") == "integer":
+                    option["maximum"] = settings.max_frames
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _install_sighup(state: AppState):
@@ -121,11 +144,68 @@ def _install_sighup(state: AppState):
 
 def serve(settings: Settings | None = None, *, engine=None) -> None:
     """Run the API under uvicorn until interrupted (``qaslr serve`` and ``qaslr demo`` call this)."""
+    import signal
+
     import uvicorn
 
+    from core.logs import redact_output
+
     settings = settings or Settings()
+    restore_output = redact_output(redact_logs(settings))  # native libraries' output too
     app = create_app(settings, engine=engine)
     logger.info("serving on http://%s:%d (docs at /docs)", settings.host, settings.port)
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), access_log=False
-    )
+    # SIGTERM: uvicorn stops accepting, lets in-flight searches finish (at most their deadline) and
+    # shuts down; then it re-raises the signal, which this handler turns into a normal exit
+    previous = _set_handler(signal.SIGTERM, _exit_quietly)
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            access_log=False,
+            log_config=None,  # uvicorn's loggers go through the (redacting) root handlers
+            timeout_graceful_shutdown=int(settings.request_timeout_s) + 5,
+        )
+    except _GracefulExit:
+        logger.info("stopped by SIGTERM after draining in-flight requests")
+    finally:
+        _set_handler(signal.SIGTERM, previous)
+        restore_output()
+
+
+class _GracefulExit(SystemExit):
+    pass
+
+
+def _exit_quietly(signum, frame) -> None:
+    raise _GracefulExit(0)
+
+
+def _set_handler(signum, handler):
+    import signal
+
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
+
+
+def redact_logs(settings: Settings):
+    """From here on, the process's log names no filesystem path and no key: API keys and the Redis
+    URL's password become ``***``, and paths keep only their last component (core.logs)."""
+    from urllib.parse import urlsplit
+
+    from core.logs import Redactor, configure_logging
+
+    secrets = list(settings.api_keys)
+    if settings.redis_url:
+        password = urlsplit(settings.redis_url).password
+        if password:
+            secrets.append(password)
+    paths = [str(p) for p in (settings.index, settings.head) if p]
+    if Path(settings.model).exists():  # a local checkpoint directory (a hub id is not a path)
+        paths.append(str(settings.model))
+    paths += [str(Path(p).resolve()) for p in paths]
+    redactor = Redactor(secrets, paths)
+    configure_logging(settings.log_level, redact=redactor)
+    return redactor

@@ -19,6 +19,7 @@ from service.settings import Settings
 
 if TYPE_CHECKING:
     from indexer.store import IndexReader
+    from models.backbone import Backbone
     from models.head import StreamingHead
     from models.streaming import VideoEncoder
     from service.cache import FrameCache
@@ -99,7 +100,15 @@ class Engine:
                     logger.exception("closing %s failed", type(thing).__name__)
 
 
-def _searcher_for(index: IndexReader, settings: Settings, backbone, head, cache: FrameCache, *, reuse=None):
+def _searcher_for(
+    index: IndexReader,
+    settings: Settings,
+    backbone: Backbone,
+    head: StreamingHead | None,
+    cache: FrameCache,
+    *,
+    reuse: VideoEncoder | None = None,
+) -> tuple[VideoEncoder, Searcher]:
     """(encoder, Searcher) over ``index``: the encoder that embeds as the index was built."""
     from indexer.assembly import encoder_for
     from service.searcher import Searcher

@@ -4,6 +4,11 @@ Every response carries ``X-Request-ID`` (the client's, when it sends a sane one,
 and every error body is ``{"error": {"code", "message", "field"?}, "request_id"}``. Unexpected
 exceptions are logged with their stack trace under the request id and answered with a generic
 500: no stack trace, exception text or file path ever reaches a client.
+
+A body that cannot be parsed at all (not UTF-8, not JSON) is a 422 ``validation_error`` on the field
+``body``, like any other invalid body (the framework's own answer would be an undocumented 400), and
+a body larger than ``MAX_BODY_BYTES`` is refused with 413 before anything reads it
+(:class:`BodyLimitMiddleware`).
 """
 
 from __future__ import annotations
@@ -58,10 +63,20 @@ def error_response(status: int, code: str, message: str, *, field=None, headers=
 
 
 def _field_name(loc) -> str:
-    parts = [str(p) for p in loc]
+    """The request field an error is about: the top-level field (a problem deep inside ``filter`` is
+    reported on ``filter``; the message carries the detail), or ``body`` for the body as a whole."""
+    parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):  # where, not which field
         parts = parts[1:]
-    return ".".join(parts) or "body"
+    if not parts or not isinstance(parts[0], str):  # e.g. a JSON decode error at a character offset
+        return "body"
+    return parts[0]
+
+
+def _where(loc) -> str:
+    """Where inside the field, for the message (union branch names left out)."""
+    parts = [str(p) for p in list(loc)[2:] if not (isinstance(p, str) and p[:1].isupper())]
+    return ".".join(parts)
 
 
 def _validation_message(err: dict) -> str:
@@ -79,7 +94,10 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = exc.errors()
         fields = []
         for err in errors:
-            fields.append({"field": _field_name(err.get("loc", ())), "message": _validation_message(err)})
+            loc = err.get("loc", ())
+            where = _where(loc) if loc and loc[0] == "body" else ""
+            message = _validation_message(err)
+            fields.append({"field": _field_name(loc), "message": f"{where}: {message}" if where else message})
         if not fields:
             fields = [{"field": "body", "message": "invalid request"}]
         first = fields[0]
@@ -93,11 +111,82 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400:  # the framework could not parse the body (e.g. not UTF-8)
+            body = error_body("validation_error", "request body is not valid UTF-8 JSON", field="body")
+            body["error"]["fields"] = [{"field": "body", "message": "could not be parsed"}]
+            return JSONResponse(body, status_code=422)
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(
             exc.status_code, "http_error"
         )
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
         return error_response(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI middleware: a request body longer than ``max_bytes`` is answered with 413 before the
+    application sees it (by its Content-Length, or while it streams in without one); smaller
+    bodies are passed on unchanged."""
+
+    def __init__(self, app, *, max_bytes: int):
+        self.app = app
+        self.max_bytes = int(max_bytes)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = self.max_bytes + 1
+                if declared > self.max_bytes:
+                    return await self._refuse(send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return await self.app(scope, _replay([message]), send)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await self._refuse(send)
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], then=receive), send)
+
+    async def _refuse(self, send) -> None:
+        payload = json.dumps(
+            error_body(
+                "body_too_large", f"the request body is larger than {self.max_bytes} bytes", field="body"
+            )
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _replay(messages: list, *, then=None):
+    pending = list(messages)
+
+    async def receive():
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()  # after the body: the disconnect message, when it comes
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 class RequestIdMiddleware:

@@ -1,13 +1,45 @@
-"""Request and response models of the HTTP API (pydantic; they also drive the OpenAPI docs)."""
+"""Request and response models of the HTTP API (pydantic; they also drive the OpenAPI docs).
+
+Request fields are strictly typed (``"seed": false`` is not a number, ``"top_k": "5"`` is not an
+integer; ``3.0`` is the integer 3, as JSON Schema has it) and every constraint the server enforces is expressed in the schema, so that a request the
+OpenAPI document calls valid is answered, and one it calls invalid is refused with 422. The one
+server-specific bound, ``frames <= max_frames``, is written into the document by ``create_app``.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
-MAX_SHORTLIST = 200
-MAX_TOP_K = 100
+from core.config import (
+    DEFAULT_TOP_K,
+    MAX_FILTER_FIELDS,
+    MAX_FILTER_KEY_CHARS,
+    MAX_FILTER_STRING_CHARS,
+    MAX_FILTER_VALUES,
+    MAX_FRAMES,
+    MAX_QUERY_CHARS,
+    MAX_SEED,
+    MAX_SHORTLIST,
+    MAX_TOP_K,
+    QUERY_BLANKS,
+    QUERY_PATTERN,
+    SearchMode,
+)
 
 _SEARCH_EXAMPLE = {
     "query": "a dog catches a frisbee on the beach",
@@ -20,6 +52,79 @@ _SEARCH_EXAMPLE = {
 }
 
 
+def _json_integer(value):
+    """An integer as JSON Schema defines one: a number without a fractional part (``3`` or ``3.0``);
+    never a boolean or a string (``"seed": false`` and ``"top_k": "5"`` are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("Input should be a valid integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("Input should be a valid integer, got a number with a fractional part")
+        return int(value)
+    return value
+
+
+def json_int(ge: int, le: int):
+    """An integer field type with bounds, as JSON Schema defines integers (see ``_json_integer``)."""
+    return Annotated[
+        int,
+        BeforeValidator(_json_integer),
+        Field(ge=ge, le=le),
+        WithJsonSchema({"type": "integer", "minimum": ge, "maximum": le}),
+    ]
+
+
+TopK = json_int(1, MAX_TOP_K)
+Shortlist = json_int(1, MAX_SHORTLIST)
+Frames = json_int(1, MAX_FRAMES)
+Seed = json_int(0, MAX_SEED)
+FilterString = Annotated[StrictStr, Field(max_length=MAX_FILTER_STRING_CHARS)]
+FilterValue = FilterString | StrictInt | StrictFloat | StrictBool | None
+RangeBound = FilterString | StrictInt | StrictFloat
+FilterField = Annotated[str, StringConstraints(min_length=1, max_length=MAX_FILTER_KEY_CHARS)]
+
+
+class InCondition(BaseModel):
+    """``{"in": [...]}``: the field equals one of the values."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    values: list[FilterValue] = Field(..., alias="in", max_length=MAX_FILTER_VALUES)
+
+    def to_filter(self) -> dict:
+        return {"in": list(self.values)}
+
+
+class RangeCondition(BaseModel):
+    """``{"gte"|"gt"|"lte"|"lt": bound, ...}``: numbers compare with numbers, strings with strings."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
+    gte: RangeBound | SkipJsonSchema[None] = None
+    gt: RangeBound | SkipJsonSchema[None] = None
+    lte: RangeBound | SkipJsonSchema[None] = None
+    lt: RangeBound | SkipJsonSchema[None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounds_given(cls, value):
+        if isinstance(value, dict):
+            if not value:
+                raise ValueError("a range needs at least one of gte, gt, lte, lt")
+            nulls = [k for k, v in value.items() if v is None]
+            if nulls:
+                raise ValueError(
+                    f"range bounds must be numbers or strings, not null ({', '.join(map(str, nulls))})"
+                )
+        return value
+
+    def to_filter(self) -> dict:
+        return self.model_dump(exclude_none=True)
+
+
+FilterCondition = InCondition | RangeCondition | FilterValue
+
+
 class SearchRequest(BaseModel):
     """``POST /search``. Stage 1 ranks the whole index by q·v_j (FAISS); ``rerank`` additionally
     re-scores the top ``shortlist`` candidates with query-aware selection and query-conditioned
@@ -27,58 +132,48 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_SEARCH_EXAMPLE]})
 
-    query: str = Field(
-        ..., min_length=1, max_length=1000, description="text query (trimmed, 1-1000 characters)"
+    query: StrictStr = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        pattern=QUERY_PATTERN,
+        description=f"text query (1-{MAX_QUERY_CHARS} characters, not only white space; trimmed)",
     )
-    top_k: int = Field(10, ge=1, le=MAX_TOP_K, description="results to return")
-    shortlist: int | None = Field(
+    top_k: TopK = Field(DEFAULT_TOP_K, description="results to return")
+    shortlist: Shortlist | None = Field(
         None,
-        ge=1,
-        le=MAX_SHORTLIST,
-        description="R, stage-1 candidates that stage 2 rescores (top_k..200; default max(10, top_k))",
+        description=f"R, stage-1 candidates that stage 2 rescores (1..{MAX_SHORTLIST}; values below top_k are "
+        "raised to top_k; default max(10, top_k))",
     )
-    mode: Literal["indexed", "rerank"] = Field(
-        "rerank", description="`indexed`: stage 1 only; `rerank`: both stages"
-    )
-    frames: int | None = Field(
+    mode: SearchMode = Field(SearchMode.RERANK, description="`indexed`: stage 1 only; `rerank`: both stages")
+    frames: Frames | None = Field(
         None,
-        ge=1,
-        description="K', frames selected per candidate in stage 2 (bounded by the server's max_frames)",
+        description="K', frames selected per candidate in stage 2 (at most the server's max_frames, which "
+        "this document states as the maximum)",
     )
-    filter: dict[str, Any] | None = Field(
+    filter: dict[FilterField, FilterCondition] | None = Field(
         None,
+        max_length=MAX_FILTER_FIELDS,
         description="metadata filter: {field: value} equality, {field: {'in': [...]}}, "
-        "{field: {'gte'|'gt'|'lte'|'lt': number}}; fields are the index's metadata keys and "
-        "duration_s, fps, num_frames",
+        "{field: {'gte'|'gt'|'lte'|'lt': number or string}}; fields are the index's metadata keys and "
+        "duration_s, fps, num_frames, width, height",
         examples=[{"split": "test", "duration_s": {"gte": 60, "lt": 600}}],
     )
-    include_evidence: bool = Field(True, description="return evidence frames and the best moment")
-    seed: int | None = Field(None, description="seed of the query-aware frame sampling (default: server's)")
+    include_evidence: StrictBool = Field(True, description="return evidence frames and the best moment")
+    seed: Seed | None = Field(None, description="seed of the query-aware frame sampling (default: server's)")
 
-    @field_validator("query", mode="before")
+    @field_validator("query")
     @classmethod
-    def _trim(cls, value):
-        return value.strip() if isinstance(value, str) else value
+    def _trim(cls, value: str) -> str:
+        return value.strip(QUERY_BLANKS)
 
     @field_validator("filter")
     @classmethod
-    def _filter_keys(cls, value):
+    def _plain_filter(cls, value):
+        """The searcher's filter language takes plain JSON values."""
         if value is None:
             return value
-        if len(value) > 32:
-            raise ValueError("at most 32 filter fields")
-        for key in value:
-            if not key or len(key) > 128:
-                raise ValueError("filter field names must be 1-128 characters")
-        return value
-
-    @field_validator("shortlist")
-    @classmethod
-    def _shortlist_covers_top_k(cls, value, info: ValidationInfo):
-        top_k = info.data.get("top_k")
-        if value is not None and top_k is not None and value < top_k:
-            raise ValueError(f"must be >= top_k ({top_k}), got {value}")
-        return value
+        return {k: v.to_filter() if isinstance(v, BaseModel) else v for k, v in value.items()}
 
 
 class EvidenceFrame(BaseModel):
@@ -102,6 +197,8 @@ class Evidence(BaseModel):
 
 
 class SearchResult(BaseModel):
+    """One video in a search answer (the searcher's internal result is ``SearchOutcome``)."""
+
     video_id: str
     score: float = Field(..., description="final score: s_ij = q·v_ij after rerank, else stage-1 q·v_j")
     stage1_score: float
@@ -168,7 +265,7 @@ class SearchResponse(BaseModel):
 
     request_id: str
     query: str
-    mode: Literal["indexed", "rerank"]
+    mode: SearchMode
     embedder: str
     shortlist: int
     frames: int

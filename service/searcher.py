@@ -45,6 +45,7 @@ from core.config import (
     MAX_SEED,
     MAX_SHORTLIST,
     MAX_TOP_K,
+    QUERY_BLANKS,
     Embedder,
     SearchMode,
 )
@@ -208,9 +209,9 @@ class Searcher:
         """Defaults and bounds of a request-like object (a SearchRequest, SearchParams, or dict)."""
         get = request.get if isinstance(request, dict) else (lambda k, d=None: getattr(request, k, d))
         query = get("query")
-        if not isinstance(query, str) or not query.strip():
+        if not isinstance(query, str) or not query.strip(QUERY_BLANKS):
             raise InvalidRequest("query", "must be a non-empty string")
-        query = query.strip()
+        query = query.strip(QUERY_BLANKS)
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidRequest("query", f"must be at most {MAX_QUERY_CHARS} characters")
         cfg = self.config

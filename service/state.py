@@ -100,10 +100,21 @@ class AppState:
 
     def reload_index(self) -> dict:
         """Swap in the index at the configured path (SIGHUP or ``POST /admin/reload-index``); one
-        reload at a time. Raises (and keeps serving the old index) if the new one is unusable."""
-        engine = self.require_engine()
+        reload at a time. Raises (and keeps serving the old index) if the new one is unusable.
+
+        A service whose start failed (a corrupt or missing index: ``/readyz`` says so, the process
+        stays up rather than crash-looping) loads from scratch here, once the index is fixed."""
         with self._reload_lock:
-            info = engine.swap_index(retire_after_s=self.settings.request_timeout_s + 30)
+            if self.engine is None and self.status == "failed" and self._engine_arg is None:
+                logger.info("loading the search engine again after a failed start")
+                self.status, self.error = "loading", None
+                self._load(None)
+                if self.engine is None:
+                    raise RuntimeError(f"loading failed again: {self.error}")
+                info = {k: self.engine.info.get(k) for k in ("index", "index_built_at", "videos")}
+            else:
+                engine = self.require_engine()
+                info = engine.swap_index(retire_after_s=self.settings.request_timeout_s + 30)
         self.metrics.index_reloads.inc()
         return info
 

@@ -27,11 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from core.config import Embedder
 from models.head import HeadOutput, StreamingHeadConfig, create_head, load_head, save_head
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("qaslr", "mean", "gru", "transformer")
+KINDS = (Embedder.QASLR, "mean", "gru", "transformer")  # the real QASLR head, then the controls
 CONFIG_FILENAME = "aggregator.json"
 WEIGHTS_FILENAME = "aggregator.safetensors"
 
@@ -184,7 +185,7 @@ def build_model(
     heads = num_heads or next(
         h for h in (16, 8, 4, 2, 1) if hidden_size % h == 0 and hidden_size // h >= 16 or h == 1
     )
-    if kind == "qaslr":
+    if kind == Embedder.QASLR:
         config = StreamingHeadConfig(
             hidden_size=hidden_size,
             embed_dim=embed_dim,
@@ -203,13 +204,13 @@ def build_model(
 
 
 def model_kind(model: nn.Module) -> str:
-    return getattr(model, "kind", "qaslr")
+    return getattr(model, "kind", Embedder.QASLR)
 
 
 def save_model(model: nn.Module, directory: str | os.PathLike) -> Path:
     """QASLR heads are written with ``models.head.save_head`` (loadable by the indexer and service);
     the control aggregators as ``aggregator.json`` + ``aggregator.safetensors``."""
-    if model_kind(model) == "qaslr":
+    if model_kind(model) == Embedder.QASLR:
         return save_head(model, directory)
     from safetensors.torch import save_file
 

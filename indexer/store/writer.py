@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.errors import describe
 from core.files import TMP_SUFFIX, atomic_write
 from indexer.store import faiss_index as fx
 from indexer.store.db import MetadataStore, connect_readonly
@@ -200,8 +201,11 @@ class IndexWriter:
             self._sync_faiss()
             self.checkpoint()
             self._write_manifest()
-        except Exception:  # noqa: BLE001 - the SQLite journal is intact; the next writer repairs the rest
-            logger.exception("could not write the FAISS checkpoint or manifest on close")
+        except Exception as exc:  # noqa: BLE001 - the SQLite journal is intact; the next writer repairs the rest
+            logger.warning(
+                "could not write the FAISS checkpoint or manifest on close (%s); the next run repairs them",
+                describe(exc),
+            )
         finally:
             self.db.close()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 
+from core.config import Embedder
 from qaslr.commands.feature_options import add_feature_arguments
 
 COLUMNS = (
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                 return 2
         kind = model_kind(models[0])
         controls = ["none"]
-        if args.controls and kind == "qaslr":
+        if args.controls and kind == Embedder.QASLR:
             controls += ["shuffle", "reverse", "reset", "last"]
         for control in controls:
             label = name if control == "none" else f"{name}, {control}"

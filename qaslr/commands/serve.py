@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from service.app import serve
+    from service.app import redact_logs, serve
 
     try:
         settings = settings_from_args(args)
@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             "qaslr serve: no index given: pass --index DIR or set QASLR_INDEX (build one with `indexer build`)"
         )
         return 2
+    redact_logs(settings)  # from here on the log names no path and no key
     logging.getLogger(__name__).info("settings: %r", settings)
     serve(settings)
     return 0

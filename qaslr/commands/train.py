@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 
+from core.config import Embedder
 from qaslr.commands.feature_options import add_feature_arguments
 
 
@@ -34,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("model")
     m.add_argument(
         "--aggregator",
-        choices=("qaslr", "mean", "gru", "transformer"),
-        default="qaslr",
+        choices=(Embedder.QASLR, "mean", "gru", "transformer"),
+        default=Embedder.QASLR,
         help="qaslr = the streaming head; mean / gru / transformer = the Table 5 controls",
     )
     m.add_argument("--think-tokens", type=int, default=32, help="N think tokens (paper 32)")

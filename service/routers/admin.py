@@ -34,7 +34,8 @@ router = APIRouter(prefix="/admin", tags=["operations"], dependencies=[Depends(r
     },
 )
 async def reload_index(state: AppState = Depends(get_state)) -> dict:
-    state.require_engine()
+    if state.status != "failed":  # a failed start may be retried here; "loading" is a 503
+        state.require_engine()
     try:
         return await asyncio.to_thread(state.reload_index)
     except Exception as exc:

@@ -34,7 +34,8 @@ router = APIRouter(tags=["search"], dependencies=[Depends(require_api_key)])
     "`shortlist` candidates with query-aware frame selection and query-conditioned encoding (QASLR §A.4).",
     responses={
         401: {"model": ErrorResponse},
-        422: {"model": ErrorResponse},
+        413: {"model": ErrorResponse, "description": "the request body is larger than 64 KiB"},
+        422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
         429: {"model": ErrorResponse, "description": "the search queue is full"},
         503: {"model": ErrorResponse, "description": "not ready yet, or the request deadline passed"},
     },

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Path
 
+from core.errors import strip_paths
 from service.auth import require_api_key
 from service.errors import ApiError
 from service.schemas import ErrorResponse, VideoResponse
@@ -36,5 +37,5 @@ async def get_video(
         width=record.width,
         height=record.height,
         metadata=record.metadata,
-        error=record.error,
+        error=strip_paths(record.error) if record.error else None,  # no path, even from old indexes
     )

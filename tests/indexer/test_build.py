@@ -28,7 +28,11 @@ COMMON = ["--frames", str(K), "--clip-len", str(L), "--no-progress", "--log-leve
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory, video_factory):
     """Good videos of several lengths, rates and sizes, plus broken ones."""
-    root = tmp_path_factory.mktemp("corpus")
+    return write_corpus(tmp_path_factory.mktemp("corpus"), video_factory)
+
+
+def write_corpus(root, video_factory):
+    """The corpus: GOOD videos of several lengths, rates and sizes, and BAD ones (under ``root``)."""
     video_factory(root / "long.mp4", num_frames=120, fps=24, size=(128, 96), seed=1)
     video_factory(root / "slow.mp4", num_frames=30, fps=6, size=(64, 64), seed=2)
     video_factory(root / "nested" / "wide.avi", num_frames=60, fps=30, size=(160, 48), seed=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -129,3 +130,60 @@ def server(make_settings):
     with live_server(app) as client:
         client.app = app
         yield client
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory, service_corpus, tiny_checkpoint, tiny_head) -> Path:
+    """A second streaming index over the first three videos only (same model and head)."""
+    lines = service_corpus.read_text().splitlines()[:3]
+    manifest = tmp_path_factory.mktemp("small") / "manifest.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    return _build(manifest, tmp_path_factory.mktemp("idx") / "small", tiny_checkpoint, tiny_head)
+
+
+def start_redis(port: int, directory: Path) -> subprocess.Popen:
+    """A redis-server on ``port`` (loopback only), answering before this returns."""
+    import redis
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    client.close()
+    return proc
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A throwaway redis-server on a free port (never the shared one), killed at the end."""
+    port = free_port()
+    proc = start_redis(port, tmp_path)
+    yield proc, port
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)

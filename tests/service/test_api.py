@@ -198,7 +198,6 @@ def test_filters(server):
         ({"query": "x" * 1001}, "query"),
         ({"query": "ok", "top_k": 0}, "top_k"),
         ({"query": "ok", "top_k": 101}, "top_k"),
-        ({"query": "ok", "top_k": 5, "shortlist": 4}, "shortlist"),
         ({"query": "ok", "shortlist": 201}, "shortlist"),
         ({"query": "ok", "mode": "fast"}, "mode"),
         ({"query": "ok", "frames": 17}, "frames"),  # the server's max_frames is 16

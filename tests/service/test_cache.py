@@ -3,8 +3,6 @@ warm-cache test; a throwaway redis-server of our own for the outage test)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 import uuid
 
@@ -88,35 +86,6 @@ def test_warm_second_query_decodes_nothing(make_settings, shared_redis_prefix):
     assert 0 < client.ttl(keys[0]) <= 600
     fingerprint, frame_index, size = keys[0].decode()[len(prefix) :].split(":")
     assert size == "64x32" and int(frame_index) >= 0 and len(fingerprint) >= 16  # 96x64 videos, 64² budget
-
-
-@pytest.fixture
-def own_redis(tmp_path):
-    """A throwaway redis-server on a free port (never the shared one), killed at the end."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    import redis
-
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield proc, port
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(10)
 
 
 def test_redis_stopped_mid_run_still_answers(make_settings, own_redis, caplog):

@@ -14,16 +14,7 @@ import pytest
 
 from indexer.publish import PublishError, publish
 from tests.helpers import ServerProcess, free_port
-from tests.service.conftest import _build, live_server
-
-
-@pytest.fixture(scope="module")
-def small_index(tmp_path_factory, service_corpus, tiny_checkpoint, tiny_head) -> Path:
-    """A second streaming index over the first three videos only (same model and head)."""
-    lines = service_corpus.read_text().splitlines()[:3]
-    manifest = tmp_path_factory.mktemp("small") / "manifest.jsonl"
-    manifest.write_text("\n".join(lines) + "\n")
-    return _build(manifest, tmp_path_factory.mktemp("idx") / "small", tiny_checkpoint, tiny_head)
+from tests.service.conftest import live_server
 
 
 def _ids(client, **extra) -> set[str]:
