@@ -49,6 +49,10 @@ def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK
     return {"per_second": float(per_second), "max_frames": int(max_frames)}
 
 
+# -- stage 2 --------------------------------------------------------------------------------------
+QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores' spread (models.selection)
+DEFAULT_ONESHOT_CONDITIONING = TextConditioning.AFTER  # one-shot stage 2 query text placement
+
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------
 MAX_QUERY_CHARS = 1000
 # A query must hold a character other than these (ASCII white space), and is trimmed of them; the

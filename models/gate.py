@@ -14,15 +14,18 @@ Expected cost with early exit is C_fixed + E[T^] (C_vlm(L) + C_head) (§A.12 Eq.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EarlyExitGate", "exit_step", "exit_steps"]
+__all__ = ["EarlyExitGate", "exit_step", "exit_steps", "load_gate", "save_gate"]
 
 
 class EarlyExitGate(nn.Module):
@@ -88,3 +91,28 @@ def exit_steps(p: Tensor, step_mask: Tensor, *, t_min: int, eta: float) -> Tenso
     )
     first_eligible = torch.where(eligible, positions, num_steps).amin(dim=1) if num_steps else last_valid
     return torch.where(first_eligible < num_steps, first_eligible, last_valid)
+
+
+def save_gate(gate: EarlyExitGate, directory: str | os.PathLike) -> Path:
+    """Write ``gate.safetensors`` and ``gate.json`` (its sizes) into ``directory``."""
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in gate.state_dict().items()}, str(out / "gate.safetensors"))
+    first = gate.mlp[0]
+    (out / "gate.json").write_text(
+        json.dumps({"embed_dim": first.in_features - 1, "hidden_dim": first.out_features}) + "\n"
+    )
+    return out
+
+
+def load_gate(directory: str | os.PathLike) -> EarlyExitGate:
+    """Load a gate written by :func:`save_gate`."""
+    from safetensors.torch import load_file
+
+    d = Path(directory)
+    cfg = json.loads((d / "gate.json").read_text())
+    gate = EarlyExitGate(cfg["embed_dim"], hidden_dim=cfg["hidden_dim"])
+    gate.load_state_dict(load_file(str(d / "gate.safetensors")))
+    return gate

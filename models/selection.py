@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from core.config import QFRAME_TEMPERATURE  # in units of the scores' own spread
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -67,9 +69,6 @@ def _to_numpy_1d(scores: Any) -> np.ndarray:
     if np.isnan(arr).any():
         raise ValueError("scores contain NaN")
     return arr
-
-
-QFRAME_TEMPERATURE = 0.25  # in units of the scores' own spread (see query_aware_positions)
 
 
 def query_aware_positions(

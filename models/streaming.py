@@ -17,6 +17,7 @@ One-shot pathway: all selected frames of a video in one backbone context, last-t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,6 +61,7 @@ class VideoEmbedding:
     steps: torch.Tensor  # [T^, d] readouts after each clip used (one row for one-shot)
     clip_frames: list[np.ndarray]  # source frame indices of each clip used (one entry for one-shot)
     planned_steps: int = 1  # T: clips planned; fewer were used (len(steps)) after an early exit
+    streamed: bool = False  # True: the head's readouts after each clip; False: one-shot
 
     @property
     def steps_used(self) -> int:
@@ -124,6 +126,7 @@ class VideoEncoder:
         if text_conditioning is None:
             text_conditioning = head.config.text_conditioning if head is not None else TextConditioning.AFTER
         self.text_conditioning = TextConditioning(text_conditioning)
+        self.head_seconds = 0.0  # time spent in the head (memory updates, readouts, gate) so far
         if head is not None:
             if head.config.hidden_size != backbone.hidden_size:
                 raise ValueError(
@@ -248,6 +251,7 @@ class VideoEncoder:
         exited: set[int] = set()
         skip = exited.__contains__ if exit_policy is not None else None
         for v, frames, tok, msk in self._clip_evidence(videos, texts, skip=skip):
+            t0 = time.perf_counter()
             h = state.get(v)
             if h is None:  # H_0, once per video (Eq. 6), conditioned on q for a query-conditioned head
                 q = None if queries is None else queries[v : v + 1].to(p.device, p.dtype)
@@ -259,12 +263,17 @@ class VideoEncoder:
             clip_frames[v].append(frames)
             if exit_policy is not None and exit_policy.stops(z, len(readouts[v]), planned[v]):
                 exited.add(v)
+            self.head_seconds += time.perf_counter() - t0
         results = []
         for v in range(len(videos)):
             steps = torch.stack(readouts[v])
             results.append(
                 VideoEmbedding(
-                    final=steps[-1], steps=steps, clip_frames=clip_frames[v], planned_steps=planned[v]
+                    final=steps[-1],
+                    steps=steps,
+                    clip_frames=clip_frames[v],
+                    planned_steps=planned[v],
+                    streamed=True,
                 )
             )
         return results
@@ -293,6 +302,7 @@ class VideoEncoder:
                     steps=out.step_embeddings[i, :t].float().cpu(),
                     clip_frames=bank.clip_frames,
                     planned_steps=t,
+                    streamed=True,
                 )
             )
         return results

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config import Embedder
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, summarize
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class Engine:
     random_weights: bool = False
     info: dict = field(default_factory=dict)
     head_fingerprint: str = Embedder.ONESHOT
+    rerank: RerankModel = field(default_factory=lambda: RerankModel())
 
     @property
     def head(self) -> StreamingHead | None:
@@ -67,8 +68,9 @@ class Engine:
                 where=f"the new index {path.name}",
             )
             encoder, searcher = _searcher_for(
-                new_index, self.settings, self.encoder.backbone, self.head, self.cache, reuse=self.encoder
-            )
+                new_index, self.settings, self.encoder.backbone, self.head, self.cache, reuse=self.encoder,
+                rerank=self.rerank,
+            )  # fmt: skip
         except BaseException:
             new_index.close()
             raise
@@ -100,6 +102,37 @@ class Engine:
                     logger.exception("closing %s failed", type(thing).__name__)
 
 
+@dataclass
+class RerankModel:
+    """What stage 2 re-encodes candidates with, when it is not the index's own encoder: a streaming
+    rerank head (QASLR_RERANK_HEAD) and, for early exit, its gate (QASLR_RERANK_GATE)."""
+
+    head: StreamingHead | None = None
+    fingerprint: str | None = None
+    gate: object | None = None
+
+
+def load_rerank_model(settings: Settings, backbone: Backbone) -> RerankModel:
+    """Load the rerank head and gate the settings name (each optional)."""
+    rerank = RerankModel()
+    if settings.rerank_head is not None:
+        from models.head import head_fingerprint, load_head
+
+        try:
+            rerank.head = load_head(settings.rerank_head, device=backbone.device)
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"the rerank head cannot be loaded: {summarize(exc)}") from exc
+        rerank.fingerprint = head_fingerprint(settings.rerank_head)
+    if settings.rerank_gate is not None:
+        from models.gate import load_gate
+
+        try:
+            rerank.gate = load_gate(settings.rerank_gate)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigurationError(f"the early-exit gate cannot be loaded: {summarize(exc)}") from exc
+    return rerank
+
+
 def _searcher_for(
     index: IndexReader,
     settings: Settings,
@@ -108,15 +141,43 @@ def _searcher_for(
     cache: FrameCache,
     *,
     reuse: VideoEncoder | None = None,
+    rerank: RerankModel | None = None,
 ) -> tuple[VideoEncoder, Searcher]:
-    """(encoder, Searcher) over ``index``: the encoder that embeds as the index was built."""
+    """(encoder, Searcher) over ``index``: the encoder that embeds as the index was built, and the
+    stage-2 encoder: the rerank head when one is loaded, else the index's head, else one-shot with
+    the configured text conditioning (all with the index's K, L, M and instruction)."""
     from indexer.assembly import encoder_for
+    from models.streaming import VideoEncoder
     from service.searcher import Searcher
 
     encoder = encoder_for(
         index.manifest, backbone, head, clip_batch_size=settings.clip_batch_size, reuse=reuse
     )
-    return encoder, Searcher(encoder, index, cache, settings=settings, frame_size=backbone.frame_size)
+    rerank = rerank or RerankModel()
+    stage2_head = rerank.head if rerank.head is not None else encoder.head
+    conditioning = None if stage2_head is not None else settings.rerank_text_conditioning
+    rerank_encoder = VideoEncoder(
+        backbone,
+        stage2_head,
+        config=encoder.config,
+        instruction=encoder.instruction,
+        text_conditioning=conditioning,
+    )
+    gate = rerank.gate if stage2_head is not None else None
+    if settings.exit_threshold is not None and gate is None:
+        raise ConfigurationError(
+            "QASLR_EXIT_THRESHOLD needs an early-exit gate (QASLR_RERANK_GATE) and a streaming stage 2"
+        )
+    searcher = Searcher(
+        encoder,
+        index,
+        cache,
+        settings=settings,
+        frame_size=backbone.frame_size,
+        rerank_encoder=rerank_encoder,
+        gate=gate,
+    )
+    return encoder, searcher
 
 
 def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
@@ -150,7 +211,8 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
                 backbone.frame_size,
             )
         cache = make_cache(settings, on_error=on_cache_error)
-        encoder, searcher = _searcher_for(index, settings, backbone, loaded.head, cache)
+        rerank = load_rerank_model(settings, backbone)
+        encoder, searcher = _searcher_for(index, settings, backbone, loaded.head, cache, rerank=rerank)
     except BaseException:
         index.close()
         raise
@@ -166,6 +228,9 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         "embed_dim": m.embed_dim,
         "frame_size": backbone.frame_size,
         "cache": cache.backend,
+        "rerank": "streaming head" if searcher.reranker.streaming else "one-shot",
+        "rerank_head": rerank.fingerprint,
+        "early_exit_gate": rerank.gate is not None,
     }
     logger.info("search engine ready: %s", info)
     return Engine(
@@ -177,4 +242,5 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         random_weights=bool(backbone.random_weights),
         info=info,
         head_fingerprint=loaded.head_fingerprint,
+        rerank=rerank,
     )

@@ -64,6 +64,13 @@ def _json_integer(value):
     return value
 
 
+def _json_number(value):
+    """A JSON number (never a boolean or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("Input should be a valid number")
+    return float(value)
+
+
 def json_int(ge: int, le: int):
     """An integer field type with bounds, as JSON Schema defines integers (see ``_json_integer``)."""
     return Annotated[
@@ -78,6 +85,12 @@ TopK = json_int(1, MAX_TOP_K)
 Shortlist = json_int(1, MAX_SHORTLIST)
 Frames = json_int(1, MAX_FRAMES)
 Seed = json_int(0, MAX_SEED)
+ExitThreshold = Annotated[
+    float,
+    BeforeValidator(lambda v: _json_number(v)),
+    Field(gt=0, le=1),
+    WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+]
 FilterString = Annotated[StrictStr, Field(max_length=MAX_FILTER_STRING_CHARS)]
 FilterValue = FilterString | StrictInt | StrictFloat | StrictBool | None
 RangeBound = FilterString | StrictInt | StrictFloat
@@ -161,6 +174,12 @@ class SearchRequest(BaseModel):
     )
     include_evidence: StrictBool = Field(True, description="return evidence frames and the best moment")
     seed: Seed | None = Field(None, description="seed of the query-aware frame sampling (default: server's)")
+    exit_threshold: ExitThreshold | None = Field(
+        None,
+        description="early exit in stage 2 (§A.10): stop streaming a candidate at the first step whose gate "
+        "probability reaches this (needs a server with an early-exit gate; default: the server's setting, "
+        "usually full streaming)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -204,6 +223,11 @@ class SearchResult(BaseModel):
     stage1_score: float
     stage1_rank: int = Field(..., description="1-based rank in the stage-1 list")
     reranked: bool = Field(..., description="false when stage 2 did not run for this candidate")
+    clips_used: int | None = Field(
+        None,
+        description="stage 2: clips streamed for this candidate (fewer than planned after an early exit)",
+    )
+    clips_planned: int | None = Field(None, description="stage 2: clips its selected frames make (T)")
     duration_s: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     evidence: Evidence | None = None
@@ -267,6 +291,10 @@ class SearchResponse(BaseModel):
     query: str
     mode: SearchMode
     embedder: str
+    rerank_embedder: str | None = Field(
+        None,
+        description="what stage 2 re-encoded with (qaslr: a streaming head; oneshot); null in indexed mode",
+    )
     shortlist: int
     frames: int
     results: list[SearchResult]

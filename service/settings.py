@@ -13,7 +13,16 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.config import DEFAULT_FRAMES, DEFAULT_MODEL_ID, DEFAULT_SHORTLIST, MAX_FRAMES, MAX_SHORTLIST
+from core.config import (
+    DEFAULT_FRAMES,
+    DEFAULT_MODEL_ID,
+    DEFAULT_ONESHOT_CONDITIONING,
+    DEFAULT_SHORTLIST,
+    MAX_FRAMES,
+    MAX_SHORTLIST,
+    QFRAME_TEMPERATURE,
+    TextConditioning,
+)
 
 
 class Settings(BaseSettings):
@@ -26,6 +35,14 @@ class Settings(BaseSettings):
     model: str = Field(DEFAULT_MODEL_ID, description="backbone hub id or local checkpoint directory")
     head: Path | None = Field(
         None, description="streaming head directory; required when the index was built with one"
+    )
+    rerank_head: Path | None = Field(
+        None,
+        description="streaming head for stage 2 (e.g. one trained with `qaslr train --recipe two-stage`); "
+        "default: the index's own head, or one-shot re-encoding for a one-shot index",
+    )
+    rerank_gate: Path | None = Field(
+        None, description="early-exit gate directory for stage 2 (written by `qaslr train --gate-epochs`)"
     )
     device: str = Field("auto", description="torch device: auto (cuda if available), cpu, cuda, cuda:1")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -69,8 +86,27 @@ class Settings(BaseSettings):
         DEFAULT_FRAMES, ge=1, description="K' stage-2 frames per candidate when not given"
     )
     max_frames: int = Field(MAX_FRAMES, ge=1, description="upper bound on a request's K' (paper K <= 128)")
-    selection_temperature: float = Field(0.8, gt=0, description="Q-Frame softmax temperature")
-    selection_seed: int = Field(0, description="default Gumbel seed of query-aware selection")
+    selection_temperature: float = Field(
+        QFRAME_TEMPERATURE,
+        gt=0,
+        description="Q-Frame softmax temperature, in units of the frame scores' own spread (robust std)",
+    )
+    selection_seed: int = Field(
+        0, description="default seed of query-aware selection (combined with each candidate's id)"
+    )
+    rerank_text_conditioning: TextConditioning = Field(
+        DEFAULT_ONESHOT_CONDITIONING,
+        description="one-shot stage 2: where the query text goes in the backbone prompt (none, after, "
+        "before the frames); a streaming rerank head uses the placement it was trained with",
+    )
+    exit_threshold: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="early exit in stage 2 (needs rerank_gate): stop a candidate's stream at the first "
+        "step whose gate probability reaches this; unset = full streaming unless a request asks",
+    )
+    exit_min_steps: int = Field(2, ge=1, description="t_min: the earliest step a candidate may exit")
     decode_workers: int = Field(4, ge=1, le=64, description="threads decoding cache misses (one video each)")
     clip_batch_size: int = Field(
         8, ge=1, description="clips per backbone forward pass (shared by candidates)"

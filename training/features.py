@@ -28,9 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.config import TextConditioning
+from core.config import QFRAME_TEMPERATURE, TextConditioning
 from core.files import atomic_path, atomic_write
-from models.selection import QFRAME_TEMPERATURE
 from training.data import Pair, Side, VideoRef
 
 logger = logging.getLogger(__name__)

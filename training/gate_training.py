@@ -9,17 +9,14 @@ The gate (models.gate.EarlyExitGate) is fitted with binary cross-entropy on vali
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.gate import EarlyExitGate
+from models.gate import EarlyExitGate, load_gate, save_gate  # noqa: F401  (re-exported)
 from training.data import Pair
 from training.features import FeatureStore
 from training.scoring import stream_items
@@ -77,26 +74,3 @@ def train_gate(
     }
     logger.info("early-exit gate: %s", stats)
     return gate, stats
-
-
-def save_gate(gate: EarlyExitGate, directory: str | os.PathLike) -> Path:
-    from safetensors.torch import save_file
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in gate.state_dict().items()}, str(out / "gate.safetensors"))
-    first = gate.mlp[0]
-    (out / "gate.json").write_text(
-        json.dumps({"embed_dim": first.in_features - 1, "hidden_dim": first.out_features}) + "\n"
-    )
-    return out
-
-
-def load_gate(directory: str | os.PathLike) -> EarlyExitGate:
-    from safetensors.torch import load_file
-
-    d = Path(directory)
-    cfg = json.loads((d / "gate.json").read_text())
-    gate = EarlyExitGate(cfg["embed_dim"], hidden_dim=cfg["hidden_dim"])
-    gate.load_state_dict(load_file(str(d / "gate.safetensors")))
-    return gate

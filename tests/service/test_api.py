@@ -139,7 +139,7 @@ def test_stage2_score_equals_recomputation(
     from indexer.video import decode_frames
     from models.backbone import VideoClip, load_backbone
     from models.head import load_head
-    from models.selection import query_aware_positions
+    from models.selection import query_aware_positions, selection_seed
     from models.streaming import StreamingConfig, VideoEncoder
     from service.app import create_app
 
@@ -159,7 +159,7 @@ def test_stage2_score_equals_recomputation(
         for r in body["results"]:
             rec, bank = index.video(r["video_id"]), index.frame_bank(r["video_id"])
             relevance = np.asarray(bank.embeddings, dtype=np.float32) @ q.numpy()
-            positions = query_aware_positions(relevance, 8, temperature=0.8, seed=7)
+            positions = query_aware_positions(relevance, 8, seed=selection_seed(7, r["video_id"]))
             chosen = bank.frame_indices[positions]
             assert [f["frame_index"] for f in r["evidence"]["frames"]] == chosen.tolist()
             assert [f["relevance"] for f in r["evidence"]["frames"]] == pytest.approx(
