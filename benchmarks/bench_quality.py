@@ -1,7 +1,8 @@
 """Retrieval quality in the shapes world, through the searcher the API uses (Table 4 style).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
-        [--head DIR] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
+        [--rerank-head DIR [--gate DIR --exit-threshold 0.9]] [--index-head DIR]
+        [--conditioning after] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
         [--workdir DIR] [--json results.json]
 
 Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
@@ -12,9 +13,13 @@ phrasings. It indexes them with ``indexer build`` (K = 128 uniform frames, the d
 using the shipped tiny-world backbone, loads the service's engine, and runs every query through
 ``Searcher.search`` in each mode:
 
-    uniform single-round   one-shot index, ``mode=indexed``: the stage-1 ranking of v_j
-    two-stage single-round one-shot index, ``mode=rerank``: stage 2 re-encodes query-selected frames
-    two-stage QASLR        streaming index built with --head, ``mode=rerank`` (only with --head)
+    uniform single-round        one-shot index, ``mode=indexed``: the stage-1 ranking of v_j
+    two-stage single-round      one-shot index, ``mode=rerank``, one-shot stage 2 (query text placed
+                                as --conditioning says; several values give one row each)
+    uniform QASLR               streaming index built with --index-head, ``mode=indexed``
+    two-stage QASLR             one-shot index (the same shortlist as the single-round rows),
+                                ``mode=rerank`` with the --rerank-head streaming head
+    two-stage QASLR, exit eta   the same with early exit (--gate, --exit-threshold)
 
 and reports, mean ± std over the seeds:
 - stage-1 recall@R: the right video is in the shortlist (a stage-1 miss stays a miss);
@@ -25,6 +30,10 @@ and reports, mean ± std over the seeds:
 - needle recall of the selection: over queries whose right video reached stage 2 and whose event
   has frames in the frame bank, the share of those bank frames that stage 2 selected;
 - order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror;
+- v_ij move: mean 1 - cos(v_ij, v_j) of the right video (how far stage 2 moved its embedding from
+  the indexed one);
+- clips: for streaming stage 2, the mean share of planned clips encoded (Eq. 19: saved = 1 - this)
+  and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
 - median latency per query.
 Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
 """
@@ -38,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +55,29 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODES = ("uniform single-round", "two-stage single-round", "two-stage QASLR")
-METRICS = ("recall@R", "hit@1", "hit@5", "moment", "moment_len_s", "needle_recall", "order", "latency_ms")
+METRICS = (
+    ("recall@R", "stage-1 R@R %", True),
+    ("hit@1", "Hit@1 %", True),
+    ("hit@5", "Hit@5 %", True),
+    ("moment", "moment ±1 s %", True),
+    ("moment_len_s", "moment len s", False),
+    ("needle_recall", "needle recall %", True),
+    ("order", "order %", True),
+    ("move", "v_ij move", False),
+    ("clips", "clips used %", True),
+    ("agreement", "top-1 = full %", True),
+    ("latency_ms", "p50 ms", False),
+)
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    index: str  # "oneshot" | "qaslr"
+    search: str  # "indexed" | "rerank"
+    settings: tuple = ()  # extra Settings fields as (name, value) pairs
+    exit_threshold: float | None = None
+    full_twin: str | None = None  # mode whose top-1 this one is compared with (early exit)
 
 
 def covers(moment, start: float, end: float, slack: float = 1.0) -> bool:
@@ -73,18 +104,21 @@ def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
         raise SystemExit(f"indexer build failed with status {code}")
 
 
-def run_queries(engine, queries, truth, *, mode: str, shortlist: int, frames: int) -> dict:
+def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
+    """Metrics of one mode over single-event queries, and each query's (top-1 id, v_ij of the right video)."""
     searcher = engine.searcher
-    rows = {m: [] for m in METRICS}
-    lens = []
+    rows: dict[str, list[float]] = {k: [] for k, _, _ in METRICS}
+    lens, seen = [], {}
     for query, right in queries:
-        request = {"query": query, "mode": mode, "top_k": shortlist, "shortlist": shortlist, "frames": frames}
+        request = {
+            "query": query, "mode": mode.search, "top_k": args.shortlist, "shortlist": args.shortlist,
+            "frames": args.frames, "exit_threshold": mode.exit_threshold,
+        }  # fmt: skip
         t = time.perf_counter()
         result = searcher.search(request)
         rows["latency_ms"].append((time.perf_counter() - t) * 1e3)
         ids = [h.video_id for h in result.hits]
-        stage1 = sorted(result.hits, key=lambda h: h.stage1_rank)
-        rows["recall@R"].append(float(right in [h.video_id for h in stage1]))
+        rows["recall@R"].append(float(right in ids))
         rows["hit@1"].append(float(ids[:1] == [right]))
         rows["hit@5"].append(float(right in ids[:5]))
         video = truth[right]
@@ -94,30 +128,61 @@ def run_queries(engine, queries, truth, *, mode: str, shortlist: int, frames: in
             rows["moment"].append(float(covers(top.moment, start, end)))
             if top.moment is not None:
                 lens.append(top.moment[1] - top.moment[0])
-        if mode == "rerank":
-            for h in result.hits:
-                if h.video_id == right and h.reranked:
-                    r = needle_recall(h, video, engine.index.frame_bank(right))
-                    if r is not None:
-                        rows["needle_recall"].append(r)
+        right_hit = next((h for h in result.hits if h.video_id == right), None)
+        embedding = None
+        if right_hit is not None and right_hit.reranked:
+            r = needle_recall(right_hit, video, engine.index.frame_bank(right))
+            if r is not None:
+                rows["needle_recall"].append(r)
+            embedding = right_hit.embedding
+            v_j = engine.index.embedding(right)
+            rows["move"].append(1.0 - float(np.dot(embedding, v_j)))
+        for h in result.hits:
+            if h.reranked and h.clips_planned:
+                rows["clips"].append(h.clips_used / h.clips_planned)
+        seen[query] = (ids[:1], embedding)
     out = {k: (float(np.mean(v)) if v else float("nan")) for k, v in rows.items()}
     out["latency_ms"] = float(np.median(rows["latency_ms"]))
     out["moment_len_s"] = float(np.median(lens)) if lens else float("nan")
     out["queries"] = len(queries)
-    return out
+    return out, seen
 
 
-def order_accuracy(engine, corpus, *, mode: str, frames: int) -> float:
+def order_accuracy(engine, corpus, mode: Mode, args) -> float:
     """Share of ordered queries whose right video ranks above its mirror."""
     truth = corpus.by_id()
     wins = []
     for query, right in corpus.queries("order"):
         mirror = next(v.id for v in corpus.videos if v.group == truth[right].group and v.id != right)
         n = len(corpus.videos)
-        request = {"query": query, "mode": mode, "top_k": n, "shortlist": n, "frames": frames}
+        request = {
+            "query": query, "mode": mode.search, "top_k": n, "shortlist": n, "frames": args.frames,
+            "exit_threshold": mode.exit_threshold,
+        }  # fmt: skip
         ids = [h.video_id for h in engine.searcher.search(request).hits]
         wins.append(float(ids.index(right) < ids.index(mirror)) if mirror in ids else 0.0)
     return float(np.mean(wins)) if wins else float("nan")
+
+
+def modes_for(args) -> list[Mode]:
+    modes = [Mode("uniform single-round", "oneshot", "indexed")]
+    for c in args.conditioning:
+        name = "two-stage single-round" + ("" if len(args.conditioning) == 1 else f" (text {c})")
+        modes.append(Mode(name, "oneshot", "rerank", (("rerank_text_conditioning", c),)))
+    if args.index_head:
+        modes.append(Mode("uniform QASLR", "qaslr", "indexed"))
+    if args.rerank_head:
+        rerank = (("rerank_head", Path(args.rerank_head)),)
+        modes.append(Mode("two-stage QASLR", "oneshot", "rerank", rerank))
+        if args.gate:
+            for eta in args.exit_threshold:
+                modes.append(
+                    Mode(
+                        f"two-stage QASLR, exit {eta:g}", "oneshot", "rerank",
+                        (*rerank, ("rerank_gate", Path(args.gate))), eta, "two-stage QASLR",
+                    )
+                )  # fmt: skip
+    return modes
 
 
 def one_seed(seed: int, args, model: Path) -> dict:
@@ -141,32 +206,33 @@ def one_seed(seed: int, args, model: Path) -> dict:
             ),
             progress=True,
         )  # fmt: skip
-    plans = [("oneshot", None, ("uniform single-round", "indexed"), ("two-stage single-round", "rerank"))]
-    if args.head:
-        plans.append(("qaslr", Path(args.head), ("two-stage QASLR", "rerank")))
     results: dict[str, dict] = {}
-    for kind, head, *modes in plans:
+    tops: dict[str, dict] = {}
+    for mode in modes_for(args):
+        head = Path(args.index_head) if mode.index == "qaslr" else None
         for name, corpus in (("single", single), ("order", order)):
             if corpus is None:
                 continue
-            index = work / f"index-{kind}-{name}-{seed}-{model.name}"
+            index = work / f"index-{mode.index}-{name}-{seed}-{model.name}"
             build(corpus.manifest, index, model, head)
-            settings = Settings(index=index, model=str(model), head=head, default_frames=args.frames)
+            settings = Settings(
+                index=index, model=str(model), head=head, default_frames=args.frames, **dict(mode.settings)
+            )
             engine = load_engine(settings)
             try:
-                for label, mode in modes:
-                    row = results.setdefault(label, {})
-                    if name == "single":
-                        row.update(
-                            run_queries(
-                                engine, single.queries("single"), single.by_id(),
-                                mode=mode, shortlist=args.shortlist, frames=args.frames,
-                            )
-                        )  # fmt: skip
-                    else:
-                        row["order"] = order_accuracy(engine, corpus, mode=mode, frames=args.frames)
+                row = results.setdefault(mode.name, {})
+                if name == "single":
+                    metrics, seen = run_queries(engine, single.queries("single"), single.by_id(), mode, args)
+                    row.update(metrics)
+                    tops[mode.name] = seen
+                else:
+                    row["order"] = order_accuracy(engine, corpus, mode, args)
             finally:
                 engine.close()
+    for mode in modes_for(args):  # early exit: agreement of the top-1 with the full stream's (Prop. 3)
+        if mode.full_twin and mode.full_twin in tops:
+            full, early = tops[mode.full_twin], tops[mode.name]
+            results[mode.name]["agreement"] = float(np.mean([early[q][0] == full[q][0] for q in full]))
     return results
 
 
@@ -177,27 +243,31 @@ def fmt(values: list[float], pct: bool) -> str:
     scale = 100 if pct else 1
     mean = statistics.fmean(vals) * scale
     std = statistics.pstdev(vals) * scale if len(vals) > 1 else 0.0
-    return (
-        f"{mean:.1f} ± {std:.1f}"
-        if pct
-        else f"{mean:.0f} ± {std:.0f}"
-        if mean > 10
-        else f"{mean:.1f} ± {std:.1f}"
-    )
+    if pct or mean < 10:
+        return f"{mean:.1f} ± {std:.1f}" if mean >= 1 or pct else f"{mean:.3f} ± {std:.3f}"
+    return f"{mean:.0f} ± {std:.0f}"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--videos", type=int, default=32, help="single-event videos per corpus (1-32)")
-    p.add_argument("--order-pairs", type=int, default=4, help="mirror pairs per seed (0: no order rows)")
+    p.add_argument("--order-pairs", type=int, default=4, help="mirror pairs per seed (0: no order column)")
     p.add_argument("--min-s", type=float, default=120.0)
     p.add_argument("--max-s", type=float, default=300.0)
     p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")
     p.add_argument("--shortlist", type=int, default=10, help="R")
     p.add_argument(
-        "--head", default=None, help="a streaming head trained on world data (adds two-stage QASLR)"
+        "--conditioning",
+        nargs="+",
+        default=["after"],
+        choices=["none", "after", "before"],
+        help="one-shot stage 2: where the query text goes (one row each)",
     )
+    p.add_argument("--rerank-head", default=None, help="a two-stage head (adds the two-stage QASLR row)")
+    p.add_argument("--gate", default=None, help="its early-exit gate (adds rows with early exit)")
+    p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
+    p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
     p.add_argument("--workdir", default=None, help="cache for corpora, checkpoint and indexes")
     p.add_argument("--json", default=None, help="write the results here")
@@ -217,28 +287,24 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     per_seed = {seed: one_seed(seed, args, model) for seed in args.seeds}
     minutes = (time.perf_counter() - started) / 60
-    modes = [m for m in MODES if any(m in r for r in per_seed.values())]
+    modes = [m.name for m in modes_for(args)]
     print(
         f"\nshapes world, {args.videos} videos of {args.min_s:.0f}-{args.max_s:.0f} s, one 2-3 s event each "
         f"(chance Hit@1 {100 / args.videos:.1f} %), R={args.shortlist}, K'={args.frames}, seeds {args.seeds}; "
         f"{minutes:.1f} min"
     )
-    header = ["mode", "stage-1 R@R %", "Hit@1 %", "Hit@5 %", "moment ±1 s %", "moment len s",
-              "needle recall %", "order %", "p50 ms"]  # fmt: skip
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
+    shown = [(k, label, pct) for k, label, pct in METRICS if any(
+        not np.isnan(per_seed[s][m].get(k, float("nan"))) for s in args.seeds for m in modes)]  # fmt: skip
+    print("| mode | " + " | ".join(label for _, label, _ in shown) + " |")
+    print("|---|" + "---|" * len(shown))
     for mode in modes:
         rows = [per_seed[s][mode] for s in args.seeds]
-        cells = [mode]
-        for metric, pct in (
-            ("recall@R", True), ("hit@1", True), ("hit@5", True), ("moment", True), ("moment_len_s", False),
-            ("needle_recall", True), ("order", True), ("latency_ms", False),
-        ):  # fmt: skip
-            cells.append(fmt([r.get(metric, float("nan")) for r in rows], pct))
-        print("| " + " | ".join(cells) + " |")
+        cells = [fmt([r.get(k, float("nan")) for r in rows], pct) for k, _, pct in shown]
+        print(f"| {mode} | " + " | ".join(cells) + " |")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"args": vars(args), "minutes": minutes, "per_seed": per_seed}, indent=2) + "\n"
+            json.dumps({"args": vars(args), "minutes": minutes, "per_seed": per_seed}, indent=2, default=str)
+            + "\n"
         )
     return 0
 

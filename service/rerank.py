@@ -59,6 +59,7 @@ class Hit:
     step_scores: np.ndarray | None = None  # q·z_t for t = 1..T^ (streaming)
     clips_used: int | None = None  # T^: clips encoded (fewer than planned after an early exit)
     clips_planned: int | None = None  # T
+    embedding: np.ndarray | None = None  # v_ij [d], for callers who compare encodings
 
 
 @dataclass
@@ -168,6 +169,7 @@ class Reranker:
     def _score(self, hit: Hit, selection, emb, q: torch.Tensor) -> None:
         indices, stamps, rel = selection
         hit.score = float(emb.final.float() @ q)  # s_ij = q · v_ij (Eq. 1)
+        hit.embedding = emb.final.float().numpy()
         hit.reranked = True
         hit.evidence = [
             EvidenceItem(int(i), float(t), float(r)) for i, t, r in zip(indices, stamps, rel, strict=True)

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Reproduce the Table 5 / Table 6 style comparisons on the synthetic benchmark (CPU, tiny random
-# backbone). Usage: training/run_tables.sh WORKDIR [SEEDS...]   (default seeds: 0 1 2)
+# Reproduce the Table 5 / Table 6 style comparisons on the shapes-world task set (CPU, the shipped
+# tiny-world backbone). Usage: training/run_tables.sh WORKDIR [SEEDS...]   (default seeds: 0 1 2)
 # Each run takes a few minutes on one core; two runs go in parallel.
 set -euo pipefail
 W=${1:?usage: run_tables.sh WORKDIR [SEEDS...]}; shift || true
 SEEDS=${*:-0 1 2}
 export OMP_NUM_THREADS=1
 FEAT="--max-frames 32 --clip-len 4 --evidence-tokens 64"
-TRAIN="$FEAT --think-tokens 8 --init-temperature 0.01 --lr 3e-4 --epochs 60 --batch-size 32 --no-progress"
+TRAIN="$FEAT --think-tokens 8 --init-temperature 0.05 --lr 3e-4 --epochs 60 --batch-size 32 --no-progress"
 mkdir -p "$W"
-[ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny --seed 0
+[ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny-world
 [ -f "$W/syn/test.jsonl" ] || qaslr make-synthetic "$W/syn" --seed 0
 # Build the feature cache once (train + val + test) so that parallel runs only read it.
 for f in train val test; do
