@@ -192,8 +192,9 @@ def run(args: argparse.Namespace) -> int:
         from training.gate_training import save_gate, train_gate
 
         gate, stats = train_gate(
-            model, store, train_pairs, epochs=args.gate_epochs, lr=args.gate_lr, seed=args.seed
-        )
+            model, store, train_pairs, epochs=args.gate_epochs, lr=args.gate_lr, seed=args.seed,
+            scoring=args.scoring, val_pairs=val_pairs,
+        )  # fmt: skip
         save_gate(gate, out / "gate")
         print(f"early-exit gate written to {out / 'gate'} ({stats})")
     log.info("done")

@@ -169,6 +169,19 @@ def test_conditioned_loss_is_never_a_one_column_zero_and_masks_co_positives(
     same_group = [dataclasses.replace(p, group="g") for p in only_pos]
     assert pair_losses(head, store, same_group, scoring="conditioned").final < 1e-6
 
+    # early-exit labels for stage 2: per candidate, does stopping at step t keep its order against
+    # every other candidate's full score? Always at the last step; a gate fits and reports calibration.
+    from training.gate_training import agreement_targets, train_gate
+
+    steps, mask, labels = agreement_targets(head, store, pairs, scoring="conditioned")
+    assert steps.shape[:2] == mask.shape == labels.shape and steps.shape[0] == sum(
+        len(p.candidates) for p in pairs
+    )
+    last = mask.long().cumsum(1).argmax(1)
+    assert bool((labels[torch.arange(len(labels)), last] == 1).all())
+    _, stats = train_gate(head, store, pairs, epochs=5, scoring="conditioned", val_pairs=pairs)
+    assert 0 <= stats["val_ece"] <= 1
+
 
 def test_feature_cache_is_incremental_and_decodes_by_index(
     synthetic_set, feature_store, tiny_checkpoint, tmp_path
