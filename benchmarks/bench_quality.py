@@ -1,7 +1,7 @@
 """Retrieval quality in the shapes world, through the searcher the API uses (Table 4 style).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
-        [--rerank-head DIR [--gate DIR --exit-threshold 0.9]] [--index-head DIR]
+        [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
         [--conditioning after] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
         [--workdir DIR] [--json results.json]
 
@@ -19,7 +19,7 @@ using the shipped tiny-world backbone, loads the service's engine, and runs ever
     uniform QASLR               streaming index built with --index-head, ``mode=indexed``
     two-stage QASLR             one-shot index (the same shortlist as the single-round rows),
                                 ``mode=rerank`` with the --rerank-head streaming head
-    two-stage QASLR, exit eta   the same with early exit (--gate, --exit-threshold)
+    two-stage QASLR, exit eta   the same with early exit (a gate in RUNDIR/gate, --exit-threshold)
 
 and reports, mean ± std over the seeds:
 - stage-1 recall@R: the right video is in the shortlist (a stage-1 miss stays a miss);
@@ -171,17 +171,26 @@ def modes_for(args) -> list[Mode]:
         modes.append(Mode(name, "oneshot", "rerank", (("rerank_text_conditioning", c),)))
     if args.index_head:
         modes.append(Mode("uniform QASLR", "qaslr", "indexed"))
-    if args.rerank_head:
-        rerank = (("rerank_head", Path(args.rerank_head)),)
-        modes.append(Mode("two-stage QASLR", "oneshot", "rerank", rerank))
-        if args.gate:
+    for spec in args.rerank_head:
+        label, _, run = spec.rpartition("=")
+        run = Path(run)
+        head = run / "head" if (run / "head").is_dir() else run
+        name = "two-stage QASLR" + (f" ({label})" if label else "")
+        rerank = (("rerank_head", head),)
+        modes.append(Mode(name, "oneshot", "rerank", rerank))
+        gate = run / "gate"
+        if (gate / "gate.json").exists():
             for eta in args.exit_threshold:
                 modes.append(
                     Mode(
-                        f"two-stage QASLR, exit {eta:g}", "oneshot", "rerank",
-                        (*rerank, ("rerank_gate", Path(args.gate))), eta, "two-stage QASLR",
+                        f"{name}, exit {eta:g}",
+                        "oneshot",
+                        "rerank",
+                        (*rerank, ("rerank_gate", gate)),
+                        eta,
+                        name,
                     )
-                )  # fmt: skip
+                )
     return modes
 
 
@@ -264,8 +273,14 @@ def main(argv=None) -> int:
         choices=["none", "after", "before"],
         help="one-shot stage 2: where the query text goes (one row each)",
     )
-    p.add_argument("--rerank-head", default=None, help="a two-stage head (adds the two-stage QASLR row)")
-    p.add_argument("--gate", default=None, help="its early-exit gate (adds rows with early exit)")
+    p.add_argument(
+        "--rerank-head",
+        action="append",
+        default=[],
+        metavar="[NAME=]DIR",
+        help="a two-stage head, or a `qaslr train` output directory holding head/ (and gate/: adds early-exit "
+        "rows); repeatable, one two-stage QASLR row each",
+    )
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")

@@ -81,8 +81,6 @@ def apply_recipe(args) -> None:
         args.selection, args.scoring = "uniform", "indexable"
     elif getattr(args, "recipe", None) == "two-stage":
         args.selection, args.scoring = "query-aware", "conditioned"
-        if hasattr(args, "query_conditioning"):
-            args.query_conditioning = True
 
 
 def feature_settings(args):

@@ -46,9 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--init-head", default=None, help="start from this head directory instead of a fresh one")
     m.add_argument(
         "--query-conditioning",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="the head takes the query embedding as its conditioning input (Eq. 4, c = q); for rerank "
-        "heads trained with --scoring conditioned (on with --recipe two-stage)",
+        "heads trained with --scoring conditioned (default: on with --recipe two-stage, else off)",
     )
     o = p.add_argument_group("optimisation")
     o.add_argument("--epochs", type=int, default=5, help="epochs (paper: 3-5)")
@@ -104,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("qaslr.train")
     apply_recipe(args)
+    if args.query_conditioning is None:
+        args.query_conditioning = args.scoring == "conditioned" and args.recipe == "two-stage"
     if args.query_conditioning and args.scoring != "conditioned":
         print("error: --query-conditioning needs --scoring conditioned (a rerank head sees the query)")
         return 2
