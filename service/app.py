@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from core.config import MAX_BODY_BYTES, app_version
 from service.errors import BodyLimitMiddleware, RequestIdMiddleware, install_error_handlers
-from service.routers import admin, health, search, videos
+from service.routers import admin, health, media, search, videos
 from service.settings import Settings
 from service.state import AppState
 
@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)  # added last = outermost: ids even on 500s
     app.include_router(health.router)
     app.include_router(search.router)
+    app.include_router(media.router)
     app.include_router(videos.router)
     app.include_router(admin.router)
     _state_server_bounds(app, settings)

@@ -324,3 +324,11 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     error: ErrorBody
     request_id: str
+
+
+class MediaTokenResponse(BaseModel):
+    """A short-lived token for the media routes (``?token=``), for elements that cannot send headers."""
+
+    token: str
+    expires_at: int = Field(..., description="Unix time after which the token is refused")
+    expires_in_s: int
