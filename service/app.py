@@ -31,7 +31,12 @@ DESCRIPTION = """Long-video retrieval with Query-Aware Streaming Latent Reasonin
   query-aware frame selection and query-conditioned encoding of the shortlist (paper §A.4).
 * Every response carries `X-Request-ID`; errors are `{"error": {"code", "message", "field"}, "request_id"}`.
 * When API keys are configured, send `Authorization: Bearer <key>` or `X-API-Key: <key>`.
-* Request bodies are limited to 64 KiB (413 beyond).
+* Request bodies are limited to 64 KiB (413 beyond); search bodies, which may carry an image query, to
+  about 5.4 MiB (the image itself to 4 MiB).
+* `POST /search/stream`: the same search as NDJSON, the stage-1 ranking first, then each stage-2 update.
+* `GET /videos/{id}/frames/{n}` (JPEG thumbnails) and `GET /videos/{id}/media` (the file, with range
+  requests) also accept `?token=` from `POST /media-token`, for `<img>` and `<video>` elements.
+* `GET /` is the search page.
 """
 
 
@@ -88,7 +93,11 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     )
     app.state.qaslr = state
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=MAX_BODY_BYTES,
+        limits={"/search": search.SEARCH_BODY_BYTES, "/search/stream": search.SEARCH_BODY_BYTES},
+    )
     app.add_middleware(MetricsMiddleware, state=state)
     app.add_middleware(RequestIdMiddleware)  # added last = outermost: ids even on 500s
     app.include_router(health.router)
