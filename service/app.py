@@ -3,7 +3,8 @@
     app = create_app(settings)            # loads model + index in the background at startup
     app = create_app(settings, engine=e)  # reuse a loaded Engine (or pass a callable returning one)
 
-Routes: ``POST /search``, ``GET /videos/{id}``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
+Routes: ``GET /`` (the search page), ``POST /search``, ``POST /search/stream``, ``GET /videos/{id}``,
+``GET /videos/{id}/frames/{n}``, ``GET /videos/{id}/media``, ``POST /media-token``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
 ``POST /admin/reload-index`` (also on SIGHUP), and the OpenAPI docs at ``/docs``. ``serve(settings)`` runs the app under uvicorn.
 """
 
@@ -19,7 +20,7 @@ from fastapi import FastAPI
 
 from core.config import MAX_BODY_BYTES, app_version
 from service.errors import BodyLimitMiddleware, RequestIdMiddleware, install_error_handlers
-from service.routers import admin, health, media, search, videos
+from service.routers import admin, health, media, page, search, videos
 from service.settings import Settings
 from service.state import AppState
 
@@ -105,6 +106,8 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     app.include_router(media.router)
     app.include_router(videos.router)
     app.include_router(admin.router)
+    app.include_router(page.router)
+    app.mount("/static", page.static_files(), name="static")
     _state_server_bounds(app, settings)
     return app
 

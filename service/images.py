@@ -50,11 +50,11 @@ def decode_base64(text: str) -> bytes:
     try:
         data = base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
-        raise ImageError("image: not valid base64") from None
+        raise NotAnImage("image: not valid base64, so not a picture") from None
     if len(data) > MAX_IMAGE_BYTES:
         raise ImageTooLarge(f"image: larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB")
     if not data:
-        raise ImageError("image: empty")
+        raise NotAnImage("image: empty, not a picture")
     return data
 
 

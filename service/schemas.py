@@ -41,8 +41,9 @@ from core.config import (
     SearchMode,
 )
 from service.images import MAX_IMAGE_BYTES
+from service.paging import PAGE_TOKEN_PATTERN
 
-IMAGE_PATTERN = r"^(data:image/[A-Za-z0-9.+-]+;base64,)?[A-Za-z0-9+/=\s]*$"
+IMAGE_PATTERN = r"^(data:image/[A-Za-z0-9.+-]+;base64,)?[A-Za-z0-9+/=\s]+$"
 _SEARCH_EXAMPLE = {
     "query": "a dog catches a frisbee on the beach",
     "top_k": 5,
@@ -171,7 +172,7 @@ class SearchRequest(BaseModel):
         None,
         pattern=IMAGE_PATTERN,
         description="an image query: a base64 JPEG, PNG, WebP, GIF or BMP (optionally as a data: URL), "
-        f"at most {MAX_IMAGE_BYTES // (1024 * 1024)} MiB (413 beyond; 415 when it is not a picture). "
+        f"at most {MAX_IMAGE_BYTES // (1024 * 1024)} MiB (413 beyond; 415 when it does not decode to a picture). "
         "With `query`, image and text are embedded together",
         json_schema_extra={"contentEncoding": "base64"},
     )
@@ -209,8 +210,7 @@ class SearchRequest(BaseModel):
     )
     page_token: StrictStr | None = Field(
         None,
-        min_length=1,
-        max_length=512,
+        pattern=PAGE_TOKEN_PATTERN,
         description="the `next_page_token` of the previous answer to the same request: the next window of "
         "`shortlist` stage-1 candidates",
     )

@@ -13,7 +13,14 @@ from fastapi.responses import StreamingResponse
 from service import images
 from service.auth import require_api_key
 from service.errors import ApiError, error_body
-from service.paging import MAX_OFFSET, InvalidPageToken, decode_page_token, encode_page_token, ranking_digest
+from service.paging import (
+    MAX_OFFSET,
+    InvalidPageToken,
+    StalePageToken,
+    decode_page_token,
+    encode_page_token,
+    ranking_digest,
+)
 from service.schemas import (
     CacheStats,
     ErrorResponse,
@@ -43,6 +50,7 @@ _RESPONSES = {
         "description": f"the request body is larger than {SEARCH_BODY_BYTES // 1024} KiB, or the image larger "
         f"than {images.MAX_IMAGE_BYTES // (1024 * 1024)} MiB or {images.MAX_IMAGE_PIXELS} pixels",
     },
+    409: {"model": ErrorResponse, "description": "`page_token` belongs to another request or index"},
     415: {"model": ErrorResponse, "description": "`image` is not a picture in a supported format"},
     422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
     429: {"model": ErrorResponse, "description": "the search queue is full"},
@@ -82,6 +90,8 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
             offset = decode_page_token(body.page_token, digest)
         except InvalidPageToken as exc:
             raise ApiError(422, "validation_error", f"page_token: {exc}", field="page_token") from None
+        except StalePageToken as exc:
+            raise ApiError(409, "stale_page_token", f"page_token: {exc}", field="page_token") from None
     request = {
         **{
             name: getattr(body, name)

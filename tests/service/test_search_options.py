@@ -94,15 +94,14 @@ def test_page_tokens_walk_the_stage1_ranking(server):
     ).json()
     assert sorted(r["stage1_rank"] for r in second["results"]) == [4, 5, 6]
     # a token only fits the request it came from
-    err = _error(
-        server.post(
-            "/search", json={**request, "query": "another query", "page_token": first["next_page_token"]}
-        ),
-        422,
-        "page_token",
+    r = server.post(
+        "/search", json={**request, "query": "another query", "page_token": first["next_page_token"]}
     )
-    assert "another query" in err["message"]
-    for bad in ("garbage", "eyJvIjogLTF9", ""):
+    assert "another query" in _error(r, 409, "page_token")["message"]
+    assert first["next_page_token"].startswith("p3.")
+    stale = "p3." + "0" * 16
+    _error(server.post("/search", json={**request, "page_token": stale}), 409, "page_token")
+    for bad in ("garbage", "p-1.0000000000000000", "p10000.0000000000000000", "", 5):
         _error(server.post("/search", json={**request, "page_token": bad}), 422, "page_token")
 
 
@@ -125,7 +124,9 @@ def test_image_queries_are_checked(server):
         server.post("/search", json={"image": base64.b64encode(b"just some text").decode()}), 415, "image"
     )
     assert "picture" in err["message"]
-    _error(server.post("/search", json={"image": "not base64!"}), 422, "image")
+    _error(server.post("/search", json={"image": "not base64!"}), 422, "image")  # not even its alphabet
+    _error(server.post("/search", json={"image": ""}), 422, "image")
+    _error(server.post("/search", json={"image": "QUJ"}), 415, "image")  # base64's alphabet, bad padding
     _error(server.post("/search", json={"image": "QUJD="}), 415, "image")  # base64, but not a picture
     big = base64.b64encode(b"\x89PNG" + bytes(4 * 1024 * 1024)).decode()
     err = _error(server.post("/search", json={"image": big}), 413, "image")
