@@ -228,9 +228,13 @@ function showTimings(timings, clientMs) {
   for (const [k, label] of Object.entries(names)) {
     const v = timings[k];
     if (!v && k !== "total") continue;
-    dl.append(el("dt", {}, label), el("dd", {}, `${v.toFixed(1)} ms`));
+    const item = el("div", k === "total" ? { class: "total" } : {});
+    item.append(el("dt", {}, label), el("dd", {}, `${v.toFixed(1)} ms`));
+    dl.append(item);
   }
-  dl.append(el("dt", {}, "in the browser"), el("dd", {}, `${clientMs} ms`));
+  const item = el("div");
+  item.append(el("dt", {}, "in the browser"), el("dd", {}, `${clientMs} ms`));
+  dl.append(item);
   dl.hidden = false;
 }
 
@@ -371,12 +375,12 @@ function fillCard(card, result, rank, groupBy, final) {
   card.querySelector(".player").hidden = !moment;
 
   const thumbs = card.querySelector(".thumbs");
-  const frames = (evidence && evidence.frames) || [];
+  const frames = shownFrames((evidence && evidence.frames) || [], moment);
   const sig = frames.map((f) => f.frame_index).join(",");
   if (thumbs.dataset.sig !== sig) {
     thumbs.dataset.sig = sig;
     thumbs.textContent = "";
-    for (const f of frames.slice(0, 8)) {
+    for (const f of frames) {
       const b = el("button", { type: "button", class: "thumb", title: `frame ${f.frame_index} at ${fmtTime(f.timestamp_s)} · relevance ${f.relevance.toFixed(3)}` });
       const img = el("img", { alt: `frame ${f.frame_index} at ${fmtTime(f.timestamp_s)}`, loading: "eager", src: frameUrl(result.video_id, f.frame_index) });
       img.addEventListener("error", () => b.classList.add("broken"));
@@ -386,6 +390,15 @@ function fillCard(card, result, rank, groupBy, final) {
     }
   }
   drawTimeline(card, result.timeline, moment, result.duration_s);
+}
+
+const MAX_THUMBS = 8;
+
+function shownFrames(frames, moment) {
+  // the evidence frames inside the moment first, then the most relevant; shown in time order
+  const inMoment = (f) => moment && f.timestamp_s >= moment.start_s && f.timestamp_s < moment.end_s;
+  const ranked = [...frames].sort((a, b) => (inMoment(b) - inMoment(a)) || (b.relevance - a.relevance));
+  return ranked.slice(0, MAX_THUMBS).sort((a, b) => a.timestamp_s - b.timestamp_s);
 }
 
 function drawTimeline(card, timeline, moment, duration) {
