@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from fastapi import APIRouter, Depends, Request
@@ -37,6 +38,8 @@ from service.schemas import (
 from service.searcher import DeadlineExceeded, InvalidRequest
 from service.state import AppState, get_state
 from service.worker import QueueFull, WorkerTimeout
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["search"], dependencies=[Depends(require_api_key)])
 
@@ -215,6 +218,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
     task = asyncio.ensure_future(
         state.worker.run(_job(prep, state, on_update), timeout=state.settings.request_timeout_s)
     )
+    task.add_done_callback(_retrieve)  # a client that went away must not leave it unretrieved
     first = asyncio.ensure_future(lines.get())
     await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
     if not first.done() and task.exception() is not None:  # refused before anything was sent
@@ -227,9 +231,20 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
 
     async def stream():
         pending = first
+        try:
+            async for line in _lines(pending):
+                yield line
+        finally:  # the client went away: stop waiting (the search itself ends at its deadline)
+            for future in (first, *waiting):
+                future.cancel()
+
+    waiting: list = []
+
+    async def _lines(pending):
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(lines.get())
+                waiting.append(pending)
             await asyncio.wait({task, pending}, return_when=asyncio.FIRST_COMPLETED)
             if pending.done():
                 yield json.dumps(pending.result()) + "\n"
@@ -251,9 +266,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
                     500, "internal_error", f"internal server error (request id {request_id})"
                 )
                 if refusal.status == 500:
-                    import logging
-
-                    logging.getLogger(__name__).error("streamed search failed", exc_info=exc)
+                    logger.error("streamed search failed (request id %s)", request_id, exc_info=exc)
                 body = error_body(refusal.code, refusal.message, field=refusal.field)
                 yield json.dumps({"type": "error", "status": refusal.status, **body}) + "\n"
             return
@@ -339,3 +352,8 @@ def to_response(result, request_id: str, *, cache_backend: str, digest: str | No
         page_start=result.offset + 1,
         next_page_token=next_token,
     )
+
+
+def _retrieve(task) -> None:
+    if not task.cancelled():
+        task.exception()

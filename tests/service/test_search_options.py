@@ -201,3 +201,34 @@ def test_new_search_options_are_documented(server):
     stream = spec["paths"]["/search/stream"]["post"]
     assert "application/x-ndjson" in stream["responses"]["200"]["content"]
     assert {"413", "415", "422"} <= set(spec["paths"]["/search"]["post"]["responses"])
+
+
+def test_the_stream_ends_with_an_error_line_when_stage2_fails(server):
+    from service.searcher import DeadlineExceeded
+
+    reranker = server.app.state.qaslr.engine.searcher.reranker
+
+    def late(*args, **kwargs):
+        raise DeadlineExceeded("the request deadline passed")
+
+    original, reranker.run = reranker.run, late
+    try:
+        messages = _stream(server, {"query": QUERY, "top_k": 3})
+    finally:
+        reranker.run = original
+    assert [m["type"] for m in messages] == ["stage1", "error"]
+    error = messages[-1]
+    assert error["status"] == 503 and error["error"]["code"] == "deadline_exceeded" and error["request_id"]
+
+
+def test_the_stream_shapes_its_answer_like_search(server):
+    payload = {"query": QUERY, "top_k": 6, "shortlist": 4, "group_by": "clip", "mode": "indexed"}
+    messages = _stream(server, payload)
+    assert [m["type"] for m in messages] == ["stage1", "final"]  # indexed: no stage-2 updates
+    final = messages[-1]["response"]
+    plain = server.post("/search", json=payload).json()
+    assert final["group_by"] == "clip" and final["results"] == plain["results"]
+    assert final["next_page_token"] == plain["next_page_token"] is not None
+    cut = server.post("/search/stream", json={**payload, "group_by": "video", "min_score": 1.0})
+    lines = [json.loads(x) for x in cut.text.splitlines() if x]
+    assert lines[0]["results"] == [] and lines[-1]["response"]["results"] == []
