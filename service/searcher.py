@@ -447,9 +447,10 @@ class Searcher:
             for rows, score, span in clip_windows(
                 bank.frame_indices, relevance, length, fps, duration_of(hit.record)
             ):
-                evidence = [
+                evidence = [  # a clip's moment is the result itself; its frames are evidence
                     EvidenceItem(int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance[i]))
                     for i in rows
+                    if p.include_evidence
                 ]
                 clips.append(ClipHit(hit=hit, score=score, moment=span, evidence=evidence))
         clips.sort(key=lambda c: (-c.score, c.hit.stage1_rank, c.moment[0]))

@@ -78,29 +78,27 @@ def web_index(tmp_path_factory, video_factory, tiny_checkpoint, tiny_head) -> Pa
     return _build(manifest, tmp_path_factory.mktemp("idx") / "web", tiny_checkpoint, tiny_head)
 
 
-@pytest.mark.timeout(180)
-def test_a_search_in_a_real_browser_shows_cards_thumbnails_and_the_moment(
-    web_index, tiny_checkpoint, tiny_head, tmp_path
-):
+@pytest.fixture(scope="module")
+def web_settings(web_index, tiny_checkpoint, tiny_head):
+    from service.settings import Settings
+
+    def make(**overrides):
+        values = dict(
+            index=web_index, model=str(tiny_checkpoint), head=tiny_head, default_frames=8, max_frames=16
+        )
+        return Settings(redis_url=None, **{**values, **overrides})
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """One headless Chromium for the module's tests."""
     chromium, chromedriver = _browser()
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    from service.app import create_app
-    from service.settings import Settings
-
-    settings = Settings(
-        index=web_index,
-        model=str(tiny_checkpoint),
-        head=tiny_head,
-        default_frames=8,
-        max_frames=16,
-        redis_url=None,
-    )
     options = Options()
     options.binary_location = chromium
     for arg in (
@@ -110,74 +108,135 @@ def test_a_search_in_a_real_browser_shows_cards_thumbnails_and_the_moment(
         "--disable-dev-shm-usage",
         "--mute-audio",
         "--window-size=1280,1000",
-        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(arg)
-    with live_server(create_app(settings)) as client:
-        driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-        try:
-            driver.set_page_load_timeout(30)
-            driver.get(str(client.base_url) + "/")
-            wait = WebDriverWait(driver, 40, poll_frequency=0.1)
+    browser = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    browser.set_page_load_timeout(30)
+    yield browser
+    browser.quit()
 
-            # an empty query is refused by the page itself, visibly
-            driver.find_element(By.ID, "go").click()
-            error = driver.find_element(By.ID, "error")
-            wait.until(lambda d: error.is_displayed())
-            assert "query" in error.text.lower()
 
-            # 1. type a query
-            box = driver.find_element(By.ID, "q")
-            box.send_keys(QUERY, Keys.ENTER)
-            # 2. wait for the result cards (the final answer of the stream)
-            wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-search-done") == "1")
-            assert not error.is_displayed()
-            cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
-            assert len(cards) == 3
-            titles = {c.find_element(By.CSS_SELECTOR, ".title").text for c in cards}
-            assert titles == {"Harbour at dawn", "Market street", "Forest path"}
-            assert all(re.match(r"#\d → #\d", c.find_element(By.CSS_SELECTOR, ".move").text) for c in cards)
-            assert driver.find_element(By.ID, "timings").is_displayed()
-            assert driver.find_elements(By.CSS_SELECTOR, "#results .card .strip .bar")
+def _wait(driver, timeout=40):
+    from selenium.webdriver.support.ui import WebDriverWait
 
-            # 3. the thumbnails actually loaded
-            wait.until(
-                lambda d: d.execute_script(
-                    "const imgs = [...document.querySelectorAll('#results .thumb img')];"
-                    "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);"
-                )
+    return WebDriverWait(driver, timeout, poll_frequency=0.1)
+
+
+def _search_done(driver) -> bool:
+    return driver.find_element("tag name", "body").get_attribute("data-search-done") == "1"
+
+
+@pytest.mark.timeout(180)
+def test_a_search_in_a_real_browser_shows_cards_thumbnails_and_the_moment(driver, web_settings, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from service.app import create_app
+
+    with live_server(create_app(web_settings())) as client:
+        driver.get(str(client.base_url) + "/")
+        wait = _wait(driver)
+
+        # an empty query is refused by the page itself, visibly
+        driver.find_element(By.ID, "go").click()
+        error = driver.find_element(By.ID, "error")
+        wait.until(lambda d: error.is_displayed())
+        assert "query" in error.text.lower()
+
+        # 1. type a query
+        driver.find_element(By.ID, "q").send_keys(QUERY, Keys.ENTER)
+        # 2. wait for the result cards (the final answer of the stream)
+        wait.until(_search_done)
+        assert not error.is_displayed()
+        cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+        assert len(cards) == 3
+        titles = {c.find_element(By.CSS_SELECTOR, ".title").text for c in cards}
+        assert titles == {"Harbour at dawn", "Market street", "Forest path"}
+        assert all(re.match(r"#\d → #\d", c.find_element(By.CSS_SELECTOR, ".move").text) for c in cards)
+        assert driver.find_element(By.ID, "timings").is_displayed()
+        assert driver.find_elements(By.CSS_SELECTOR, "#results .card .strip .bar")
+
+        # 3. the thumbnails actually loaded
+        wait.until(
+            lambda d: d.execute_script(
+                "const imgs = [...document.querySelectorAll('#results .thumb img')];"
+                "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);"
             )
-            # 4. every player sits inside its moment once it has loaded
-            moments = driver.execute_script(
-                "return [...document.querySelectorAll('#results .card')].map(c => [c._moment.start_s, c._moment.end_s]);"
+        )
+        # 4. every player sits inside its moment once it has loaded
+        moments = driver.execute_script(
+            "return [...document.querySelectorAll('#results .card')].map(c => [c._moment.start_s, c._moment.end_s]);"
+        )
+        wait.until(
+            lambda d: d.execute_script(
+                "return [...document.querySelectorAll('#results .card video')].every(v => v.readyState >= 1);"
             )
-            wait.until(
-                lambda d: d.execute_script(
-                    "return [...document.querySelectorAll('#results .card video')].every(v => v.readyState >= 1);"
-                )
+        )
+        times = driver.execute_script(
+            "return [...document.querySelectorAll('#results .card video')].map(v => v.currentTime);"
+        )
+        for (start, end), t in zip(moments, times, strict=True):
+            assert start - 1e-3 <= t <= end, (start, end, t)  # media time is kept to the microsecond
+        # a thumbnail seeks the player to its frame (keyboard: thumbnails are buttons)
+        cards[0].find_elements(By.CSS_SELECTOR, ".thumb")[-1].send_keys(Keys.ENTER)
+        wait.until(
+            lambda d: d.execute_script(
+                "const c = document.querySelector('#results .card');"
+                "const ts = [...c.querySelectorAll('.thumb span')];"
+                "return Math.abs(c.querySelector('video').currentTime - parseFloat(ts[ts.length - 1].textContent)) < 0.06;"
             )
-            times = driver.execute_script(
-                "return [...document.querySelectorAll('#results .card video')].map(v => v.currentTime);"
+        )
+        # 5. a screenshot
+        shot = tmp_path / "search-page.png"
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
+
+
+@pytest.mark.timeout(180)
+def test_the_page_asks_for_a_key_searches_by_image_and_shows_errors(driver, web_settings, tmp_path):
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from service.app import create_app
+
+    picture = tmp_path / "query.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(picture)
+    not_a_picture = tmp_path / "notes.png"
+    not_a_picture.write_text("this is not a picture")
+
+    with live_server(create_app(web_settings(api_keys=["page-key"]))) as client:
+        driver.get(str(client.base_url) + "/")
+        driver.execute_script("sessionStorage.clear();")
+        driver.refresh()
+        wait = _wait(driver)
+        error = driver.find_element(By.ID, "error")
+        driver.find_element(By.ID, "q").send_keys(QUERY, Keys.ENTER)
+        wait.until(lambda d: error.is_displayed())
+        assert "API key" in error.text and driver.find_element(By.ID, "keybox").get_attribute("open")
+
+        driver.find_element(By.ID, "key").send_keys("page-key")
+        driver.find_element(By.ID, "key-save").click()
+        assert driver.execute_script("return sessionStorage.getItem('qaslr.apiKey');") == "page-key"
+
+        # an image query, alone: cards whose thumbnails load through the media token
+        driver.find_element(By.ID, "q").clear()
+        driver.find_element(By.ID, "image").send_keys(str(picture))
+        wait.until(lambda d: d.find_element(By.ID, "image-info").is_displayed())
+        driver.find_element(By.ID, "go").click()
+        wait.until(_search_done)
+        assert not error.is_displayed()
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#results .card")) == 3
+        wait.until(
+            lambda d: d.execute_script(
+                "const imgs = [...document.querySelectorAll('#results .thumb img')];"
+                "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0) && "
+                "imgs.every(i => i.src.includes('token=') && !i.src.includes('page-key'));"
             )
-            for (start, end), t in zip(moments, times, strict=True):
-                assert start - 1e-3 <= t <= end, (start, end, t)  # media time is kept to the microsecond
-            # a thumbnail seeks the player to its frame
-            thumb = cards[0].find_elements(By.CSS_SELECTOR, ".thumb")[-1]
-            thumb.send_keys(Keys.ENTER)  # keyboard: thumbnails are buttons
-            last = driver.execute_script(
-                "const c = document.querySelector('#results .card'); return c._moment && "
-                "[...c.querySelectorAll('.thumb')].length;"
-            )
-            assert last
-            wait.until(
-                lambda d: d.execute_script(
-                    "const c = document.querySelector('#results .card');"
-                    "const ts = [...c.querySelectorAll('.thumb span')];"
-                    "return Math.abs(c.querySelector('video').currentTime - parseFloat(ts[ts.length - 1].textContent)) < 0.06;"
-                )
-            )
-            # 5. a screenshot
-            shot = tmp_path / "search-page.png"
-            assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
-        finally:
-            driver.quit()
+        )
+
+        # the server's refusal is shown as it is
+        driver.find_element(By.ID, "image").send_keys(str(not_a_picture))
+        driver.find_element(By.ID, "go").click()
+        wait.until(lambda d: error.is_displayed())
+        assert "415" in error.text and "picture" in error.text
