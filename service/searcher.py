@@ -399,10 +399,6 @@ class Searcher:
                 result.cache_hits, result.cache_misses = f.cache_hits, f.cache_misses
                 result.decoded_frames, result.cache_errors = f.decoded_frames, f.cache_errors
                 result.warnings += stats.warnings
-        elif p.include_evidence:
-            with clock.stage("selection"):
-                for hit in hits[: p.top_k]:
-                    self._indexed_evidence(p, q_np[0], hit)
         if p.group_by == "clip":
             with clock.stage("selection"):
                 result.clips = [
@@ -411,6 +407,10 @@ class Searcher:
         if p.min_score is not None:
             hits = [h for h in hits if h.score >= p.min_score]
         result.hits = hits[: p.top_k]
+        if p.mode != SearchMode.RERANK and p.include_evidence:
+            with clock.stage("selection"):
+                for hit in result.hits:
+                    self._indexed_evidence(p, q_np[0], hit)
         if p.include_evidence:
             with clock.stage("selection"):
                 for hit in result.hits:
