@@ -240,3 +240,30 @@ def test_the_page_asks_for_a_key_searches_by_image_and_shows_errors(driver, web_
         driver.find_element(By.ID, "go").click()
         wait.until(lambda d: error.is_displayed())
         assert "415" in error.text and "picture" in error.text
+
+
+def test_the_readme_screenshot_is_a_small_png():
+    root = Path(__file__).resolve().parents[2]
+    shot = root / "docs" / "search-page.png"
+    assert "docs/search-page.png" in (root / "README.md").read_text()
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) <= 300 * 1000
+
+
+def test_the_screenshot_script_keeps_pngs_under_the_limit():
+    import importlib.util
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("screenshot", root / "scripts" / "screenshot.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    noise = np.random.default_rng(0).integers(0, 256, size=(400, 600, 3), dtype=np.uint8)
+    raw = io.BytesIO()
+    Image.fromarray(noise).save(raw, format="PNG")
+    assert raw.tell() > 300_000
+    small = script.shrink(raw.getvalue(), 300_000)
+    assert len(small) <= 300_000 and Image.open(io.BytesIO(small)).format == "PNG"
