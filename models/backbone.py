@@ -321,10 +321,25 @@ class Backbone:
         """(w, h) at which frames of a ``width`` x ``height`` video are decoded for this backbone."""
         return working_size(width, height, self.frame_size)
 
-    def embed_images(self, frames: Sequence[np.ndarray], *, instruction: str | None = None) -> torch.Tensor:
-        """Each frame [H, W, 3] uint8 (sizes may differ) embedded as an image -> [B, d]."""
+    def embed_images(
+        self,
+        frames: Sequence[np.ndarray],
+        *,
+        instruction: str | None = None,
+        texts: Sequence[str | None] | None = None,
+    ) -> torch.Tensor:
+        """Each frame [H, W, 3] uint8 (sizes may differ) embedded as an image -> [B, d]; with
+        ``texts`` (one per frame, or None), image and text together in one prompt (an image query
+        with words, as Qwen3-VL-Embedding embeds mixed inputs)."""
+        if texts is not None and len(texts) != len(frames):
+            raise ValueError("texts must have one entry (or None) per image")
         images = [torch.from_numpy(np.ascontiguousarray(f)).permute(2, 0, 1) for f in frames]
-        prompts = [self.render_prompt(image=True, instruction=instruction)] * len(images)
+        prompts = [
+            self.render_prompt(
+                image=True, text=texts[i] if texts is not None else None, instruction=instruction
+            )
+            for i in range(len(images))
+        ]
         return self.pool(self._forward(prompts, images=images))
 
     def embed_videos(

@@ -155,9 +155,19 @@ class VideoEncoder:
         )
         return partition_clips(np.arange(num_selected), length)
 
-    def embed_queries(self, texts: Sequence[str], *, instruction: str | None = None) -> torch.Tensor:
-        """q for each text: [B, d] float32 on the CPU."""
-        return self.backbone.embed_texts(list(texts), instruction=instruction or self.instruction).cpu()
+    def embed_queries(
+        self,
+        texts: Sequence[str | None],
+        *,
+        instruction: str | None = None,
+        images: Sequence[np.ndarray] | None = None,
+    ) -> torch.Tensor:
+        """q for each text: [B, d] float32 on the CPU. With ``images`` (one [H, W, 3] uint8 frame per
+        query), each query is its image, with its text when that is not None."""
+        instruction = instruction or self.instruction
+        if images is not None:
+            return self.backbone.embed_images(list(images), texts=list(texts), instruction=instruction).cpu()
+        return self.backbone.embed_texts(list(texts), instruction=instruction).cpu()
 
     # -- conditioning ------------------------------------------------------------------------------
     def _prompt_texts(self, texts) -> list[str | None] | None:

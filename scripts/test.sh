@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs the project, makes sure a Redis server
-# answers on 127.0.0.1:6379 (starts one if not), lints, then runs pytest.
+# answers on 127.0.0.1:6379 (starts one if not) and Chromium with its chromedriver are installed,
+# lints, then runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,5 +15,11 @@ if ! .venv/bin/python -c "import redis,sys; redis.Redis(host='127.0.0.1', port=6
     sleep 0.1
   done
 fi
+# the search page's browser test drives Debian's chromium through its chromedriver (tests/service/test_page.py);
+# here it must run, so a missing browser fails the test instead of skipping it
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null
+fi
+export QASLR_REQUIRE_BROWSER=${QASLR_REQUIRE_BROWSER:-1}
 .venv/bin/ruff check .
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q "$@"

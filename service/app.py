@@ -3,7 +3,8 @@
     app = create_app(settings)            # loads model + index in the background at startup
     app = create_app(settings, engine=e)  # reuse a loaded Engine (or pass a callable returning one)
 
-Routes: ``POST /search``, ``GET /videos/{id}``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
+Routes: ``GET /`` (the search page), ``POST /search``, ``POST /search/stream``, ``GET /videos/{id}``,
+``GET /videos/{id}/frames/{n}``, ``GET /videos/{id}/media``, ``POST /media-token``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
 ``POST /admin/reload-index`` (also on SIGHUP), and the OpenAPI docs at ``/docs``. ``serve(settings)`` runs the app under uvicorn.
 """
 
@@ -19,7 +20,7 @@ from fastapi import FastAPI
 
 from core.config import MAX_BODY_BYTES, app_version
 from service.errors import BodyLimitMiddleware, RequestIdMiddleware, install_error_handlers
-from service.routers import admin, health, search, videos
+from service.routers import admin, health, media, page, search, videos
 from service.settings import Settings
 from service.state import AppState
 
@@ -31,7 +32,12 @@ DESCRIPTION = """Long-video retrieval with Query-Aware Streaming Latent Reasonin
   query-aware frame selection and query-conditioned encoding of the shortlist (paper §A.4).
 * Every response carries `X-Request-ID`; errors are `{"error": {"code", "message", "field"}, "request_id"}`.
 * When API keys are configured, send `Authorization: Bearer <key>` or `X-API-Key: <key>`.
-* Request bodies are limited to 64 KiB (413 beyond).
+* Request bodies are limited to 64 KiB (413 beyond); search bodies, which may carry an image query, to
+  about 5.4 MiB (the image itself to 4 MiB).
+* `POST /search/stream`: the same search as NDJSON, the stage-1 ranking first, then each stage-2 update.
+* `GET /videos/{id}/frames/{n}` (JPEG thumbnails) and `GET /videos/{id}/media` (the file, with range
+  requests) also accept `?token=` from `POST /media-token`, for `<img>` and `<video>` elements.
+* `GET /` is the search page.
 """
 
 
@@ -88,13 +94,20 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     )
     app.state.qaslr = state
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=MAX_BODY_BYTES,
+        limits={"/search": search.SEARCH_BODY_BYTES, "/search/stream": search.SEARCH_BODY_BYTES},
+    )
     app.add_middleware(MetricsMiddleware, state=state)
     app.add_middleware(RequestIdMiddleware)  # added last = outermost: ids even on 500s
     app.include_router(health.router)
     app.include_router(search.router)
+    app.include_router(media.router)
     app.include_router(videos.router)
     app.include_router(admin.router)
+    app.include_router(page.router)
+    app.mount("/static", page.static_files(), name="static")
     _state_server_bounds(app, settings)
     return app
 

@@ -42,3 +42,27 @@ async def require_api_key(request: Request, state: AppState = Depends(get_state)
             "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+async def require_media_access(request: Request, state: AppState = Depends(get_state)) -> None:
+    """The media routes (thumbnails, video files) accept the API key as on every route, or a media
+    token in the ``token`` query parameter (``POST /media-token``), since ``<img>`` and ``<video>``
+    elements cannot send headers. A key is never accepted in a URL."""
+    from service.media import media_token_valid
+
+    keys = state.settings.api_keys
+    if not keys:
+        return
+    presented = _presented(request)
+    if presented is not None and key_matches(presented, keys):
+        return
+    token = request.query_params.get("token")
+    if token and media_token_valid(token, keys):
+        return
+    raise ApiError(
+        401,
+        "unauthorized",
+        "missing or invalid API key or media token: send `Authorization: Bearer <key>`, `X-API-Key: <key>`, "
+        "or `?token=` from POST /media-token",
+        headers={"WWW-Authenticate": "Bearer"},
+    )

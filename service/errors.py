@@ -7,8 +7,8 @@ exceptions are logged with their stack trace under the request id and answered w
 
 A body that cannot be parsed at all (not UTF-8, not JSON) is a 422 ``validation_error`` on the field
 ``body``, like any other invalid body (the framework's own answer would be an undocumented 400), and
-a body larger than ``MAX_BODY_BYTES`` is refused with 413 before anything reads it
-(:class:`BodyLimitMiddleware`).
+a body larger than ``MAX_BODY_BYTES`` (more on the search routes, which take image queries) is
+refused with 413 before anything reads it (:class:`BodyLimitMiddleware`).
 """
 
 from __future__ import annotations
@@ -127,21 +127,23 @@ class BodyLimitMiddleware:
     application sees it (by its Content-Length, or while it streams in without one); smaller
     bodies are passed on unchanged."""
 
-    def __init__(self, app, *, max_bytes: int):
+    def __init__(self, app, *, max_bytes: int, limits: dict[str, int] | None = None):
         self.app = app
-        self.max_bytes = int(max_bytes)
+        self.default_bytes = int(max_bytes)
+        self.limits = {path: int(n) for path, n in (limits or {}).items()}  # per path (image queries)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
+        max_bytes = self.limits.get(scope.get("path", ""), self.default_bytes)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
-                    declared = self.max_bytes + 1
-                if declared > self.max_bytes:
-                    return await self._refuse(send)
+                    declared = max_bytes + 1
+                if declared > max_bytes:
+                    return await self._refuse(send, max_bytes)
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -149,18 +151,16 @@ class BodyLimitMiddleware:
                 return await self.app(scope, _replay([message]), send)
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                return await self._refuse(send)
+            if size > max_bytes:
+                return await self._refuse(send, max_bytes)
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
         await self.app(scope, _replay([body], then=receive), send)
 
-    async def _refuse(self, send) -> None:
+    async def _refuse(self, send, max_bytes: int) -> None:
         payload = json.dumps(
-            error_body(
-                "body_too_large", f"the request body is larger than {self.max_bytes} bytes", field="body"
-            )
+            error_body("body_too_large", f"the request body is larger than {max_bytes} bytes", field="body")
         ).encode()
         await send(
             {

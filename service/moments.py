@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -48,3 +50,51 @@ def frame_span(indices, fps: float, duration: float | None) -> tuple[float, floa
 def duration_of(record) -> float | None:
     value = getattr(record, "duration_s", None)
     return float(value) if value is not None else None
+
+
+TIMELINE_POINTS = 120  # a frame-bank timeline is binned to at most this many points
+
+
+@dataclass
+class Timeline:
+    """Relevance over time: ``source`` "streaming" (q·z_t after each streamed clip) or "relevance"
+    (frame-bank relevance q·f_c, max-pooled into at most TIMELINE_POINTS bins); points are
+    (start_s, end_s, value)."""
+
+    source: str
+    points: list[tuple[float, float, float]]
+
+
+def relevance_timeline(
+    timestamps: np.ndarray, relevance: np.ndarray, frame_s: float, duration: float | None
+) -> Timeline:
+    """The frame bank's relevance over time; each bank frame stands until the next one."""
+    t = np.asarray(timestamps, dtype=np.float64)
+    r = np.asarray(relevance, dtype=np.float64)
+    if len(t) == 0:
+        return Timeline("relevance", [])
+    ends = np.append(t[1:], max(t[-1] + frame_s, duration or 0.0))
+    bins = np.array_split(np.arange(len(t)), min(TIMELINE_POINTS, len(t)))
+    return Timeline(
+        "relevance", [(float(t[b[0]]), float(ends[b[-1]]), float(r[b].max())) for b in bins if len(b)]
+    )
+
+
+def clip_windows(indices: np.ndarray, relevance: np.ndarray, length: int, fps: float, duration: float | None):
+    """Non-overlapping windows of ``length`` consecutive bank frames, best mean relevance first:
+    (rows, mean relevance, span) for each, greedily (the best window, then the best one left...)."""
+    n = len(indices)
+    if n == 0:
+        return []
+    length = max(1, min(length, n))
+    means = np.convolve(np.asarray(relevance, dtype=np.float64), np.ones(length), mode="valid") / length
+    taken = np.zeros(n, dtype=bool)
+    out = []
+    for start in np.argsort(-means, kind="stable"):
+        rows = np.arange(start, start + length)
+        if taken[rows].any():
+            continue
+        taken[rows] = True
+        out.append((rows, float(means[start]), frame_span(np.asarray(indices)[rows], fps, duration)))
+    out.sort(key=lambda w: -w[1])
+    return out

@@ -60,6 +60,8 @@ class Hit:
     clips_used: int | None = None  # T^: clips encoded (fewer than planned after an early exit)
     clips_planned: int | None = None  # T
     embedding: np.ndarray | None = None  # v_ij [d], for callers who compare encodings
+    step_spans: list[tuple[float, float]] | None = None  # (start_s, end_s) of each streamed clip
+    timeline: object = None  # service.moments.Timeline: relevance over time (set for returned hits)
 
 
 @dataclass
@@ -115,7 +117,7 @@ class Reranker:
 
     def run(
         self,
-        query: str,
+        query: str | None,
         q: torch.Tensor,
         hits: list[Hit],
         *,
@@ -125,14 +127,17 @@ class Reranker:
         stats: RerankStats,
         clock,
         on_update: Callable[[list[Hit]], None] | None = None,
+        chunk: int | None = None,
     ) -> list[Hit]:
         """Re-score ``hits`` in place and return them in stage-2 order (candidates stage 2 could not
         process keep their stage-1 order after the reranked ones). ``clock.stage(name)`` is a context
-        manager that times (and deadline-checks) each stage; ``clock.move(a, b, s)`` re-books time."""
+        manager that times (and deadline-checks) each stage; ``clock.move(a, b, s)`` re-books time.
+        ``chunk`` (default ``encode_chunk``) candidates are encoded together between updates."""
         q_vec = q.numpy().astype(np.float32)  # [d]
         policy = self.exit_policy(exit_threshold)
-        for start in range(0, len(hits), self.encode_chunk):  # chunks bound the memory held at once
-            chunk = hits[start : start + self.encode_chunk]
+        step = int(chunk or self.encode_chunk)
+        for start in range(0, len(hits), step):  # chunks bound the memory held at once
+            chunk = hits[start : start + step]
             with clock.stage("selection"):
                 chosen = [self.select(hit, q_vec, frames, seed) for hit in chunk]
             with clock.stage("decode"):
@@ -179,6 +184,7 @@ class Reranker:
         if emb.streamed:
             steps = (emb.steps.float() @ q).numpy()  # q·z_t, t = 1..T^
             hit.step_scores = steps
+            hit.step_spans = [frame_span(f, fps, duration) for f in emb.clip_frames[: len(steps)]]
             t_star = best_step(steps, self._initial_score(q))
             hit.moment = frame_span(emb.clip_frames[t_star], fps, duration)
             hit.moment_source = "streaming"

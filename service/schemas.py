@@ -40,7 +40,10 @@ from core.config import (
     QUERY_PATTERN,
     SearchMode,
 )
+from service.images import MAX_IMAGE_BYTES
+from service.paging import PAGE_TOKEN_PATTERN
 
+IMAGE_PATTERN = r"^(data:image/[A-Za-z0-9.+-]+;base64,)?[A-Za-z0-9+/=\s]+$"
 _SEARCH_EXAMPLE = {
     "query": "a dog catches a frisbee on the beach",
     "top_k": 5,
@@ -90,6 +93,12 @@ ExitThreshold = Annotated[
     BeforeValidator(lambda v: _json_number(v)),
     Field(gt=0, le=1),
     WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+]
+MinScore = Annotated[
+    float,
+    BeforeValidator(lambda v: _json_number(v)),
+    Field(ge=-1, le=1),
+    WithJsonSchema({"type": "number", "minimum": -1, "maximum": 1}),
 ]
 FilterString = Annotated[StrictStr, Field(max_length=MAX_FILTER_STRING_CHARS)]
 FilterValue = FilterString | StrictInt | StrictFloat | StrictBool | None
@@ -143,14 +152,29 @@ class SearchRequest(BaseModel):
     re-scores the top ``shortlist`` candidates with query-aware selection and query-conditioned
     encoding (paper §A.4)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_SEARCH_EXAMPLE]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [_SEARCH_EXAMPLE],
+            "anyOf": [{"required": ["query"]}, {"required": ["image"]}],
+        },
+    )
 
     query: StrictStr = Field(
-        ...,
+        None,  # required unless an image is sent (the schema's anyOf; the searcher enforces it)
         min_length=1,
         max_length=MAX_QUERY_CHARS,
         pattern=QUERY_PATTERN,
-        description=f"text query (1-{MAX_QUERY_CHARS} characters, not only white space; trimmed)",
+        description=f"text query (1-{MAX_QUERY_CHARS} characters, not only white space; trimmed); "
+        "required unless `image` is given",
+    )
+    image: StrictStr = Field(
+        None,
+        pattern=IMAGE_PATTERN,
+        description="an image query: a base64 JPEG, PNG, WebP, GIF or BMP (optionally as a data: URL), "
+        f"at most {MAX_IMAGE_BYTES // (1024 * 1024)} MiB (413 beyond; 415 when it does not decode to a picture). "
+        "With `query`, image and text are embedded together",
+        json_schema_extra={"contentEncoding": "base64"},
     )
     top_k: TopK = Field(DEFAULT_TOP_K, description="results to return")
     shortlist: Shortlist | None = Field(
@@ -174,6 +198,22 @@ class SearchRequest(BaseModel):
     )
     include_evidence: StrictBool = Field(True, description="return evidence frames and the best moment")
     seed: Seed | None = Field(None, description="seed of the query-aware frame sampling (default: server's)")
+    min_score: MinScore | None = Field(
+        None,
+        description="leave out results whose `score` is below this (a confidence cut-off; with "
+        "group_by=clip, the clip's score)",
+    )
+    group_by: Literal["video", "clip"] = Field(
+        "video",
+        description="`video`: one result per video; `clip`: moments, several per video allowed, scored by "
+        "their frames' relevance and ranked across the page's candidates",
+    )
+    page_token: StrictStr | None = Field(
+        None,
+        pattern=PAGE_TOKEN_PATTERN,
+        description="the `next_page_token` of the previous answer to the same request: the next window of "
+        "`shortlist` stage-1 candidates",
+    )
     exit_threshold: ExitThreshold | None = Field(
         None,
         description="early exit in stage 2 (§A.10): stop streaming a candidate at the first step whose gate "
@@ -185,6 +225,11 @@ class SearchRequest(BaseModel):
     @classmethod
     def _trim(cls, value: str) -> str:
         return value.strip(QUERY_BLANKS)
+
+    @field_validator("image")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return "".join(value.split())
 
     @field_validator("filter")
     @classmethod
@@ -215,6 +260,23 @@ class Evidence(BaseModel):
     moment: Moment | None
 
 
+class TimelinePoint(BaseModel):
+    start_s: float
+    end_s: float
+    value: float
+
+
+class Timeline(BaseModel):
+    """Relevance over time, from what the search computed for this video."""
+
+    source: Literal["streaming", "relevance"] = Field(
+        ...,
+        description="`streaming`: q·z_t, the readout's similarity to the query after each clip stage 2 streamed; "
+        "`relevance`: the frame bank's relevance q·f_c (one-shot and stage-1 results), max-pooled into bins",
+    )
+    points: list[TimelinePoint]
+
+
 class SearchResult(BaseModel):
     """One video in a search answer (the searcher's internal result is ``SearchOutcome``)."""
 
@@ -231,6 +293,10 @@ class SearchResult(BaseModel):
     duration_s: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     evidence: Evidence | None = None
+    video_score: float | None = Field(
+        None, description="group_by=clip: the score of the clip's video (`score` is the clip's)"
+    )
+    timeline: Timeline | None = Field(None, description="relevance over time (with include_evidence)")
 
 
 class Timings(BaseModel):
@@ -301,6 +367,11 @@ class SearchResponse(BaseModel):
     timings_ms: Timings
     cache: CacheStats
     warnings: list[str] = Field(default_factory=list)
+    group_by: Literal["video", "clip"] = "video"
+    page_start: int = Field(1, description="stage-1 rank of this page's first candidate")
+    next_page_token: str | None = Field(
+        None, description="send as `page_token` (with the same request) for the next stage-1 window"
+    )
 
 
 class VideoResponse(BaseModel):
@@ -324,3 +395,11 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     error: ErrorBody
     request_id: str
+
+
+class MediaTokenResponse(BaseModel):
+    """A short-lived token for the media routes (``?token=``), for elements that cannot send headers."""
+
+    token: str
+    expires_at: int = Field(..., description="Unix time after which the token is refused")
+    expires_in_s: int

@@ -40,10 +40,25 @@ from core.config import (
 from models.streaming import VideoEncoder
 from service.cache import FrameCache
 from service.frames import FrameSource
-from service.moments import best_window, duration_of, relevance_scores
+from service.moments import (
+    Timeline,
+    best_window,
+    clip_windows,
+    duration_of,
+    relevance_scores,
+    relevance_timeline,
+)
 from service.rerank import EvidenceItem, Hit, Reranker, RerankStats, clip_len
 
-__all__ = ["DeadlineExceeded", "EvidenceItem", "Hit", "InvalidRequest", "SearchOutcome", "Searcher"]
+__all__ = [
+    "ClipHit",
+    "DeadlineExceeded",
+    "EvidenceItem",
+    "Hit",
+    "InvalidRequest",
+    "SearchOutcome",
+    "Searcher",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +110,7 @@ class SearcherConfig:
 class SearchParams:
     """A resolved request (defaults filled in and bounds checked)."""
 
-    query: str
+    query: str | None
     top_k: int = DEFAULT_TOP_K
     shortlist: int | None = None
     mode: str = SearchMode.RERANK
@@ -104,6 +119,13 @@ class SearchParams:
     include_evidence: bool = True
     seed: int | None = None
     exit_threshold: float | None = None
+    image: np.ndarray | None = (
+        None  # an image query [h, w, 3] uint8 at the working size (with query text or alone)
+    )
+    min_score: float | None = None  # results scoring below are left out
+    group_by: str = "video"  # "video": one result per video; "clip": moments, several per video
+    offset: int = 0  # the page's first stage-1 rank - 1 (pagination of the stage-1 ranking)
+    update_chunk: int | None = None  # stage-2 candidates per progress update (default: encode_chunk)
     notes: list[str] = field(default_factory=list)  # said back to the caller as warnings
 
 
@@ -115,6 +137,9 @@ class SearchOutcome:
     shortlist: int
     frames: int
     hits: list[Hit]
+    clips: list[ClipHit] | None = None  # group_by "clip": the moments, best first
+    more: bool = False  # the stage-1 ranking goes on past this page
+    offset: int = 0
     rerank_embedder: str | None = None
     timings_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     cache_hits: int = 0
@@ -122,6 +147,16 @@ class SearchOutcome:
     decoded_frames: int = 0
     cache_errors: int = 0
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClipHit:
+    """One moment of a candidate (group_by "clip")."""
+
+    hit: Hit  # its video's result
+    score: float  # mean frame relevance q·f_c over the moment's frame-bank frames
+    moment: tuple[float, float]
+    evidence: list[EvidenceItem]
 
 
 class _Clock:
@@ -217,11 +252,28 @@ class Searcher:
         """Defaults and bounds of a request-like object (a SearchRequest, SearchParams, or dict)."""
         get = request.get if isinstance(request, dict) else (lambda k, d=None: getattr(request, k, d))
         query = get("query")
-        if not isinstance(query, str) or not query.strip(QUERY_BLANKS):
-            raise InvalidRequest("query", "must be a non-empty string")
-        query = query.strip(QUERY_BLANKS)
-        if len(query) > MAX_QUERY_CHARS:
-            raise InvalidRequest("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        image = get("image")
+        if image is not None and not (
+            isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3
+        ):
+            raise InvalidRequest("image", "must be decoded pixels [h, w, 3]")
+        if query is None and image is not None:
+            pass  # an image query without words
+        elif not isinstance(query, str) or not query.strip(QUERY_BLANKS):
+            raise InvalidRequest("query", "must be a non-empty string (or send an image)")
+        else:
+            query = query.strip(QUERY_BLANKS)
+            if len(query) > MAX_QUERY_CHARS:
+                raise InvalidRequest("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        min_score = get("min_score")
+        if min_score is not None and not -1.0 <= float(min_score) <= 1.0:
+            raise InvalidRequest("min_score", "must be between -1 and 1")
+        group_by = get("group_by", "video") or "video"
+        if group_by not in ("video", "clip"):
+            raise InvalidRequest("group_by", "must be 'video' or 'clip'")
+        offset = int(get("offset", 0) or 0)
+        if offset < 0:
+            raise InvalidRequest("page_token", "must not start before the first result")
         cfg = self.config
         top_k = int(get("top_k", DEFAULT_TOP_K) or DEFAULT_TOP_K)
         if not 1 <= top_k <= cfg.max_top_k:
@@ -273,6 +325,11 @@ class Searcher:
             include_evidence=True if include_evidence is None else bool(include_evidence),
             seed=cfg.seed if seed is None else int(seed),
             exit_threshold=exit_threshold,
+            image=image,
+            min_score=None if min_score is None else float(min_score),
+            group_by=group_by,
+            offset=offset,
+            update_chunk=get("update_chunk"),
             notes=notes,
         )
 
@@ -283,18 +340,20 @@ class Searcher:
         t_start = time.perf_counter()
         p = self.resolve(request)
         result = SearchOutcome(
-            query=p.query,
+            query=p.query or "",
             mode=p.mode,
             embedder=self.embedder,
             shortlist=p.shortlist,
             frames=p.frames,
             hits=[],
             warnings=list(p.notes),
+            offset=p.offset,
         )
         clock = _Clock(result.timings_ms, deadline)
 
         with clock.stage("query_embed"):
-            q = self.encoder.embed_queries([p.query]).float()  # [1, d]
+            images = None if p.image is None else [p.image]
+            q = self.encoder.embed_queries([p.query], images=images).float()  # [1, d]
         q_np = q.numpy().astype(np.float32)
 
         allowed = None
@@ -309,9 +368,12 @@ class Searcher:
             return result
 
         with clock.stage("faiss"):
-            found = self.index.search(q_np, p.shortlist, allowed_ids=allowed)[0]
+            # this page's window of the ranking, and one more to know whether another page follows
+            found = self.index.search(q_np, p.offset + p.shortlist + 1, allowed_ids=allowed)[0]
+        result.more = len(found) > p.offset + p.shortlist
+        found = found[p.offset : p.offset + p.shortlist]
         hits: list[Hit] = []
-        for rank, (video_id, score) in enumerate(found, start=1):
+        for rank, (video_id, score) in enumerate(found, start=p.offset + 1):
             hits.append(
                 Hit(
                     video_id=video_id,
@@ -329,26 +391,71 @@ class Searcher:
             stats = RerankStats()
             try:
                 hits = self.reranker.run(
-                    p.query, q[0], hits, frames=p.frames, seed=p.seed, exit_threshold=p.exit_threshold,
-                    stats=stats, clock=clock, on_update=on_update,
+                    p.query if p.image is None else None, q[0], hits, frames=p.frames, seed=p.seed, exit_threshold=p.exit_threshold,
+                    stats=stats, clock=clock, on_update=on_update, chunk=p.update_chunk,
                 )  # fmt: skip
             finally:
                 f = stats.frames
                 result.cache_hits, result.cache_misses = f.cache_hits, f.cache_misses
                 result.decoded_frames, result.cache_errors = f.decoded_frames, f.cache_errors
                 result.warnings += stats.warnings
-        elif p.include_evidence:
+        if p.group_by == "clip":
             with clock.stage("selection"):
-                for hit in hits[: p.top_k]:
-                    self._indexed_evidence(p, q_np[0], hit)
+                result.clips = [
+                    c for c in self._clips(p, q_np[0], hits) if p.min_score is None or c.score >= p.min_score
+                ][: p.top_k]
+        if p.min_score is not None:
+            hits = [h for h in hits if h.score >= p.min_score]
         result.hits = hits[: p.top_k]
-        if not p.include_evidence:
+        if p.mode != SearchMode.RERANK and p.include_evidence:
+            with clock.stage("selection"):
+                for hit in result.hits:
+                    self._indexed_evidence(p, q_np[0], hit)
+        if p.include_evidence:
+            with clock.stage("selection"):
+                for hit in result.hits:
+                    hit.timeline = self._timeline(q_np[0], hit)
+        else:
             for hit in result.hits:
                 hit.evidence, hit.moment, hit.moment_source = None, None, None
         result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
         return result
 
     # -- evidence helpers ------------------------------------------------------------------------
+    def _timeline(self, q_vec: np.ndarray, hit: Hit) -> Timeline:
+        """Relevance over time, from what stage 2 computed: the readout similarity q·z_t after each
+        streamed clip, or (one-shot, stage 1) the frame bank's relevance q·f_c."""
+        if hit.step_scores is not None and hit.step_spans:
+            return Timeline(
+                "streaming",
+                [(a, b, float(v)) for (a, b), v in zip(hit.step_spans, hit.step_scores, strict=False)],
+            )
+        bank = self.index.frame_bank(hit.video_id)
+        relevance = relevance_scores(bank.embeddings, q_vec)
+        fps = float(hit.record.fps) if hit.record is not None else 1.0
+        return relevance_timeline(bank.timestamps, relevance, 1.0 / fps, duration_of(hit.record))
+
+    def _clips(self, p: SearchParams, q_vec: np.ndarray, hits: list[Hit]) -> list[ClipHit]:
+        """group_by "clip": every candidate's best moments (non-overlapping windows of L frame-bank
+        frames), scored by their mean frame relevance q·f_c, best first across the candidates."""
+        length = clip_len(self.encoder, p.frames)
+        clips = []
+        for hit in hits:
+            bank = self.index.frame_bank(hit.video_id)
+            relevance = relevance_scores(bank.embeddings, q_vec)
+            fps = float(hit.record.fps) if hit.record is not None else 1.0
+            for rows, score, span in clip_windows(
+                bank.frame_indices, relevance, length, fps, duration_of(hit.record)
+            ):
+                evidence = [  # a clip's moment is the result itself; its frames are evidence
+                    EvidenceItem(int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance[i]))
+                    for i in rows
+                    if p.include_evidence
+                ]
+                clips.append(ClipHit(hit=hit, score=score, moment=span, evidence=evidence))
+        clips.sort(key=lambda c: (-c.score, c.hit.stage1_rank, c.moment[0]))
+        return clips
+
     def _indexed_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:
         """Stage-1 evidence: the top-K' frames of the bank by relevance, chronological."""
         bank = self.index.frame_bank(hit.video_id)

@@ -1,13 +1,27 @@
-"""``POST /search``: validate, hand the search to the model worker, shape the answer."""
+"""``POST /search`` and ``POST /search/stream``: validate, hand the search to the model worker, shape
+the answer (the stream sends the stage-1 ranking at once, then each stage-2 update, then the answer)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
 
+from service import images
 from service.auth import require_api_key
-from service.errors import ApiError
+from service.errors import ApiError, error_body
+from service.paging import (
+    MAX_OFFSET,
+    InvalidPageToken,
+    StalePageToken,
+    decode_page_token,
+    encode_page_token,
+    ranking_digest,
+)
 from service.schemas import (
     CacheStats,
     ErrorResponse,
@@ -17,103 +31,305 @@ from service.schemas import (
     SearchRequest,
     SearchResponse,
     SearchResult,
+    Timeline,
+    TimelinePoint,
     Timings,
 )
 from service.searcher import DeadlineExceeded, InvalidRequest
 from service.state import AppState, get_state
 from service.worker import QueueFull, WorkerTimeout
 
+logger = logging.getLogger(__name__)
+
 router = APIRouter(tags=["search"], dependencies=[Depends(require_api_key)])
 
+STREAM_UPDATE_CHUNK = 4  # stage-2 candidates encoded between two streamed updates
+SEARCH_BODY_BYTES = images.MAX_IMAGE_BASE64_CHARS + 64 * 1024  # an image query and the rest
 
-@router.post(
-    "/search",
-    response_model=SearchResponse,
-    summary="Two-stage text-to-video search",
-    description="Stage 1 ranks the index by q·v_j (FAISS); in `rerank` mode stage 2 re-scores the top "
-    "`shortlist` candidates with query-aware frame selection and query-conditioned encoding (QASLR §A.4).",
-    responses={
-        401: {"model": ErrorResponse},
-        413: {"model": ErrorResponse, "description": "the request body is larger than 64 KiB"},
-        422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
-        429: {"model": ErrorResponse, "description": "the search queue is full"},
-        503: {"model": ErrorResponse, "description": "not ready yet, or the request deadline passed"},
+_RESPONSES = {
+    401: {"model": ErrorResponse},
+    413: {
+        "model": ErrorResponse,
+        "description": f"the request body is larger than {SEARCH_BODY_BYTES // 1024} KiB, or the image larger "
+        f"than {images.MAX_IMAGE_BYTES // (1024 * 1024)} MiB or {images.MAX_IMAGE_PIXELS} pixels",
     },
-)
-async def search(
-    body: SearchRequest, request: Request, state: AppState = Depends(get_state)
-) -> SearchResponse:
-    request.state.search_mode = body.mode
+    409: {"model": ErrorResponse, "description": "`page_token` belongs to another request or index"},
+    415: {"model": ErrorResponse, "description": "`image` is not a picture in a supported format"},
+    422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
+    429: {"model": ErrorResponse, "description": "the search queue is full"},
+    503: {"model": ErrorResponse, "description": "not ready yet, or the request deadline passed"},
+}
+
+
+class _Prepared:
+    def __init__(self, engine, params, digest: str):
+        self.engine, self.params, self.digest = engine, params, digest
+
+
+async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | None = None) -> _Prepared:
+    """The engine and the resolved request: the image decoded, the page token checked."""
     engine = state.require_engine()
     searcher = engine.searcher
+    image, image_hash = None, None
+    if body.image is not None:
+        try:
+            image, image_hash = await asyncio.to_thread(
+                images.query_image, body.image, frame_size=searcher.frames.frame_size
+            )
+        except images.ImageError as exc:
+            raise ApiError(exc.status, exc.code, str(exc), field="image") from None
+    digest = ranking_digest(
+        query=body.query,
+        image=image_hash,
+        filter=body.filter,
+        mode=body.mode,
+        shortlist=body.shortlist,
+        top_k=body.top_k,
+        index=engine.info.get("index_built_at"),
+    )
+    offset = 0
+    if body.page_token is not None:
+        try:
+            offset = decode_page_token(body.page_token, digest)
+        except InvalidPageToken as exc:
+            raise ApiError(422, "validation_error", f"page_token: {exc}", field="page_token") from None
+        except StalePageToken as exc:
+            raise ApiError(409, "stale_page_token", f"page_token: {exc}", field="page_token") from None
+    request = {
+        **{
+            name: getattr(body, name)
+            for name in type(body).model_fields
+            if name not in ("image", "page_token")
+        },
+        "image": image,
+        "offset": offset,
+        "update_chunk": update_chunk,
+    }
     try:
-        params = searcher.resolve(body)
+        params = searcher.resolve(request)
     except InvalidRequest as exc:
         raise ApiError(422, "validation_error", str(exc), field=exc.field) from None
+    return _Prepared(engine, params, digest)
+
+
+def _refusal(exc: BaseException, state: AppState) -> ApiError | None:
+    """The HTTP answer to an exception from the worker (None: not ours, let it propagate)."""
     timeout = state.settings.request_timeout_s
-    admitted = time.perf_counter()
-    deadline = time.monotonic() + timeout
-
-    def job():
-        queued_ms = (time.perf_counter() - admitted) * 1e3
-        result = searcher.search(params, deadline=deadline)
-        result.timings_ms["queue"] = queued_ms
-        return result
-
-    try:
-        result = await state.worker.run(job, timeout=timeout)
-    except QueueFull:
+    if isinstance(exc, QueueFull):
         state.metrics.rejected.labels("queue_full").inc()
-        raise ApiError(
+        return ApiError(
             429,
             "queue_full",
             f"the search queue is full ({state.worker.capacity} searches in progress); retry shortly",
             headers={"Retry-After": "1"},
-        ) from None
-    except (WorkerTimeout, DeadlineExceeded):
+        )
+    if isinstance(exc, WorkerTimeout | DeadlineExceeded):
         state.metrics.rejected.labels("deadline").inc()
-        raise ApiError(
+        return ApiError(
             503,
             "deadline_exceeded",
             f"the search did not finish within the {timeout:g} s deadline (the server is busy or the request "
             "is large: try again, or lower shortlist/frames)",
             headers={"Retry-After": "5"},
-        ) from None
-    except InvalidRequest as exc:
-        raise ApiError(422, "validation_error", str(exc), field=exc.field) from None
-    state.metrics.observe_search(result)
-    return to_response(result, request.state.request_id, cache_backend=engine.cache.backend)
-
-
-def to_response(result, request_id: str, *, cache_backend: str) -> SearchResponse:
-    results = []
-    for hit in result.hits:
-        evidence = None
-        if hit.evidence is not None:
-            evidence = Evidence(
-                frames=[
-                    EvidenceFrame(frame_index=e.frame_index, timestamp_s=e.timestamp_s, relevance=e.relevance)
-                    for e in hit.evidence
-                ],
-                moment=Moment(start_s=hit.moment[0], end_s=hit.moment[1], source=hit.moment_source)
-                if hit.moment is not None
-                else None,
-            )
-        record = hit.record
-        results.append(
-            SearchResult(
-                video_id=hit.video_id,
-                score=hit.score,
-                stage1_score=hit.stage1_score,
-                stage1_rank=hit.stage1_rank,
-                reranked=hit.reranked,
-                clips_used=hit.clips_used,
-                clips_planned=hit.clips_planned,
-                duration_s=getattr(record, "duration_s", None),
-                metadata=getattr(record, "metadata", None) or {},
-                evidence=evidence,
-            )
         )
+    if isinstance(exc, InvalidRequest):
+        return ApiError(422, "validation_error", str(exc), field=exc.field)
+    return None
+
+
+def _job(prep: _Prepared, state: AppState, on_update=None):
+    searcher = prep.engine.searcher
+    admitted = time.perf_counter()
+    deadline = time.monotonic() + state.settings.request_timeout_s
+
+    def job():
+        queued_ms = (time.perf_counter() - admitted) * 1e3
+        result = searcher.search(prep.params, deadline=deadline, on_update=on_update)
+        result.timings_ms["queue"] = queued_ms
+        return result
+
+    return job
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    summary="Two-stage video search by text, image, or both",
+    description="Stage 1 ranks the index by q·v_j (FAISS); in `rerank` mode stage 2 re-scores the top "
+    "`shortlist` candidates with query-aware frame selection and query-conditioned encoding (QASLR §A.4). "
+    "`page_token` pages through the stage-1 ranking, `shortlist` candidates at a time.",
+    responses=_RESPONSES,
+)
+async def search(
+    body: SearchRequest, request: Request, state: AppState = Depends(get_state)
+) -> SearchResponse:
+    request.state.search_mode = body.mode
+    prep = await _prepare(body, state)
+    try:
+        result = await state.worker.run(_job(prep, state), timeout=state.settings.request_timeout_s)
+    except Exception as exc:
+        refusal = _refusal(exc, state)
+        if refusal is None:
+            raise
+        raise refusal from None
+    state.metrics.observe_search(result)
+    return to_response(
+        result, request.state.request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
+    )
+
+
+@router.post(
+    "/search/stream",
+    summary="The same search, streamed as it settles (NDJSON)",
+    description='One JSON object per line (`application/x-ndjson`): `{"type": "stage1", "results"}` '
+    'as soon as FAISS answers; `{"type": "update", "results", "reranked"}` each time stage 2 has '
+    f"re-scored {STREAM_UPDATE_CHUNK} more candidates (results by video, best first, without timelines); "
+    'then `{"type": "final", "response"}` with exactly what `POST /search` answers, or '
+    '`{"type": "error", "error", "status"}`. Errors found before the first line (validation, '
+    "queue full) are ordinary JSON error responses with their status.",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/x-ndjson": {}}, "description": "the stream of updates"},
+        **_RESPONSES,
+    },
+)
+async def search_stream(body: SearchRequest, request: Request, state: AppState = Depends(get_state)):
+    request.state.search_mode = body.mode
+    prep = await _prepare(body, state, update_chunk=STREAM_UPDATE_CHUNK)
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue = asyncio.Queue()
+    started = time.perf_counter()
+    p = prep.params
+    updates = {"n": 0}
+
+    def on_update(hits) -> None:  # on the worker thread
+        kind = "stage1" if updates["n"] == 0 else "update"
+        updates["n"] += 1
+        shown = [h for h in hits if p.min_score is None or h.score >= p.min_score][: p.top_k]
+        message = {
+            "type": kind,
+            "results": [to_result(h).model_dump(mode="json") for h in shown],
+            "reranked": sum(1 for h in hits if h.reranked),
+            "candidates": len(hits),
+            "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3),
+        }
+        loop.call_soon_threadsafe(lines.put_nowait, message)
+
+    task = asyncio.ensure_future(
+        state.worker.run(_job(prep, state, on_update), timeout=state.settings.request_timeout_s)
+    )
+    task.add_done_callback(_retrieve)  # a client that went away must not leave it unretrieved
+    first = asyncio.ensure_future(lines.get())
+    await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+    if not first.done() and task.exception() is not None:  # refused before anything was sent
+        first.cancel()
+        refusal = _refusal(task.exception(), state)
+        if refusal is None:
+            raise task.exception()
+        raise refusal from None
+    request_id = request.state.request_id
+
+    async def stream():
+        pending = first
+        try:
+            async for line in _lines(pending):
+                yield line
+        finally:  # the client went away: stop waiting (the search itself ends at its deadline)
+            for future in (first, *waiting):
+                future.cancel()
+
+    waiting: list = []
+
+    async def _lines(pending):
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(lines.get())
+                waiting.append(pending)
+            await asyncio.wait({task, pending}, return_when=asyncio.FIRST_COMPLETED)
+            if pending.done():
+                yield json.dumps(pending.result()) + "\n"
+                pending = None
+                continue
+            pending.cancel()
+            while not lines.empty():
+                yield json.dumps(lines.get_nowait()) + "\n"
+            exc = task.exception()
+            if exc is None:
+                result = task.result()
+                state.metrics.observe_search(result)
+                response = to_response(
+                    result, request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
+                )
+                yield json.dumps({"type": "final", "response": response.model_dump(mode="json")}) + "\n"
+            else:
+                refusal = _refusal(exc, state) or ApiError(
+                    500, "internal_error", f"internal server error (request id {request_id})"
+                )
+                if refusal.status == 500:
+                    logger.error("streamed search failed (request id %s)", request_id, exc_info=exc)
+                body = error_body(refusal.code, refusal.message, field=refusal.field)
+                yield json.dumps({"type": "error", "status": refusal.status, **body}) + "\n"
+            return
+
+    return StreamingResponse(
+        stream(),
+        media_type="application/x-ndjson",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def to_result(hit, clip=None) -> SearchResult:
+    """One result: a video (``hit``), or with ``clip`` (group_by clip) one moment of it."""
+    evidence = None
+    if clip is not None:
+        evidence = Evidence(
+            frames=[
+                EvidenceFrame(frame_index=e.frame_index, timestamp_s=e.timestamp_s, relevance=e.relevance)
+                for e in clip.evidence
+            ],
+            moment=Moment(start_s=clip.moment[0], end_s=clip.moment[1], source="relevance"),
+        )
+    elif hit.evidence is not None:
+        evidence = Evidence(
+            frames=[
+                EvidenceFrame(frame_index=e.frame_index, timestamp_s=e.timestamp_s, relevance=e.relevance)
+                for e in hit.evidence
+            ],
+            moment=Moment(start_s=hit.moment[0], end_s=hit.moment[1], source=hit.moment_source)
+            if hit.moment is not None
+            else None,
+        )
+    timeline = None
+    if hit.timeline is not None:
+        timeline = Timeline(
+            source=hit.timeline.source,
+            points=[TimelinePoint(start_s=a, end_s=b, value=v) for a, b, v in hit.timeline.points],
+        )
+    record = hit.record
+    return SearchResult(
+        video_id=hit.video_id,
+        score=clip.score if clip is not None else hit.score,
+        stage1_score=hit.stage1_score,
+        stage1_rank=hit.stage1_rank,
+        reranked=hit.reranked,
+        clips_used=hit.clips_used,
+        clips_planned=hit.clips_planned,
+        duration_s=getattr(record, "duration_s", None),
+        metadata=getattr(record, "metadata", None) or {},
+        evidence=evidence,
+        video_score=hit.score if clip is not None else None,
+        timeline=timeline,
+    )
+
+
+def to_response(result, request_id: str, *, cache_backend: str, digest: str | None = None) -> SearchResponse:
+    if result.clips is not None:
+        results = [to_result(c.hit, c) for c in result.clips]
+    else:
+        results = [to_result(hit) for hit in result.hits]
+    next_token = None
+    if result.more and digest is not None and result.offset + result.shortlist <= MAX_OFFSET:
+        next_token = encode_page_token(result.offset + result.shortlist, digest)
     return SearchResponse(
         request_id=request_id,
         query=result.query,
@@ -132,4 +348,12 @@ def to_response(result, request_id: str, *, cache_backend: str) -> SearchRespons
             errors=result.cache_errors,
         ),
         warnings=result.warnings,
+        group_by="clip" if result.clips is not None else "video",
+        page_start=result.offset + 1,
+        next_page_token=next_token,
     )
+
+
+def _retrieve(task) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -76,15 +76,20 @@ def test_a_store_cannot_point_the_reader_outside_the_index(qaslr_index, tmp_path
 # -- bounded requests --------------------------------------------------------------------------------
 def test_request_bodies_and_lengths_are_bounded(server):
     from core.config import MAX_BODY_BYTES
+    from service.routers.search import SEARCH_BODY_BYTES  # search bodies may carry an image query
 
     big = b'{"query": "' + b"x" * MAX_BODY_BYTES + b'"}'
-    r = server.post("/search", content=big, headers={"content-type": "application/json"})
+    r = server.post("/admin/reload-index", content=big, headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    big = b'{"query": "' + b"x" * SEARCH_BODY_BYTES + b'"}'
+    for route in ("/search", "/search/stream"):
+        r = server.post(route, content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
 
     def chunks():  # no Content-Length: counted as it streams in
         yield b'{"query": "'
-        for _ in range(MAX_BODY_BYTES // 4096 + 2):
-            yield b"x" * 4096
+        for _ in range(SEARCH_BODY_BYTES // 65536 + 2):
+            yield b"x" * 65536
         yield b'"}'
 
     r = server.post("/search", content=chunks(), headers={"content-type": "application/json"})

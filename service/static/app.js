@@ -1,0 +1,505 @@
+// The search page: POST /search/stream, cards that settle as stage 2 finishes, thumbnails and the
+// moment's player through the media routes. Plain JavaScript, no build step, nothing external.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const KEY_STORE = "qaslr.apiKey";
+const MAX_IMAGE_BYTES = 4 * 1024 * 1024;
+const THUMB_SIZE = 160;
+
+const state = {
+  token: null, // media token for <img>/<video> (POST /media-token)
+  tokenExpires: 0,
+  image: null, // data URL of the image query
+  lastRequest: null,
+  nextToken: null,
+  cards: new Map(), // result key -> card element
+  controller: null,
+};
+
+// -- helpers -----------------------------------------------------------------------------------
+function apiHeaders(extra = {}) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  return key ? { ...extra, "X-API-Key": key } : extra;
+}
+
+function fmtTime(s) {
+  if (s == null || !isFinite(s)) return "?";
+  const m = Math.floor(s / 60);
+  const sec = s - m * 60;
+  return m ? `${m}:${sec.toFixed(1).padStart(4, "0")}` : `${sec.toFixed(1)} s`;
+}
+
+function el(tag, attrs = {}, text) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text != null) node.textContent = text;
+  return node;
+}
+
+function showError(message, detail) {
+  const box = $("error");
+  box.textContent = "";
+  box.append(el("strong", {}, message));
+  if (detail) box.append(el("span", { class: "detail" }, " " + detail));
+  box.hidden = false;
+}
+
+function clearError() {
+  $("error").hidden = true;
+  $("error").textContent = "";
+}
+
+async function errorOf(response) {
+  // the API's error body: {"error": {"code", "message", "field"}, "request_id"}
+  try {
+    const body = await response.json();
+    const err = body.error || {};
+    const id = body.request_id ? ` (request ${body.request_id})` : "";
+    return [`${response.status} ${err.code || response.statusText}`, `${err.message || ""}${id}`];
+  } catch (e) {
+    return [`${response.status} ${response.statusText}`, "the server's answer was not JSON"];
+  }
+}
+
+// -- server status and media token ---------------------------------------------------------------
+async function loadStatus() {
+  try {
+    const r = await fetch("/readyz");
+    const body = await r.json();
+    if (r.ok) {
+      let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: ${body.rerank}`;
+      if (body.random_weights) text += " · ⚠ random weights: rankings are meaningless";
+      $("server").textContent = text;
+    } else {
+      $("server").textContent = `not ready: ${body.status}${body.error ? " — " + body.error : ""}`;
+      setTimeout(loadStatus, 2000);
+    }
+  } catch (e) {
+    $("server").textContent = "the server cannot be reached";
+  }
+}
+
+async function mediaToken() {
+  const now = Date.now() / 1000;
+  if (state.token && state.tokenExpires - now > 60) return state.token;
+  const r = await fetch("/media-token", { method: "POST", headers: apiHeaders() });
+  if (r.status === 401) {
+    $("keybox").open = true;
+    throw new Error("This server needs an API key: enter it under “API key”.");
+  }
+  if (!r.ok) throw new Error((await errorOf(r)).join(": "));
+  const body = await r.json();
+  state.token = body.token;
+  state.tokenExpires = body.expires_at;
+  return state.token;
+}
+
+function mediaUrl(videoId) {
+  const id = videoId.split("/").map(encodeURIComponent).join("/");
+  return `/videos/${id}/media?token=${encodeURIComponent(state.token || "")}`;
+}
+
+function frameUrl(videoId, frameIndex) {
+  const id = videoId.split("/").map(encodeURIComponent).join("/");
+  return `/videos/${id}/frames/${frameIndex}?size=${THUMB_SIZE}&token=${encodeURIComponent(state.token || "")}`;
+}
+
+// -- the request ---------------------------------------------------------------------------------
+function buildRequest() {
+  const body = {};
+  const q = $("q").value.trim();
+  if (q) body.query = q;
+  if (state.image) body.image = state.image;
+  if (!q && !state.image) throw new Error("Type a query or choose an image.");
+  body.mode = $("mode").value;
+  body.group_by = $("group_by").value;
+  const topK = parseInt($("top_k").value, 10);
+  if (topK) body.top_k = topK;
+  const shortlist = parseInt($("shortlist").value, 10);
+  if (shortlist) body.shortlist = shortlist;
+  const minScore = $("min_score").value.trim();
+  if (minScore !== "") body.min_score = parseFloat(minScore);
+  const filter = $("filter").value.trim();
+  if (filter) {
+    try {
+      body.filter = JSON.parse(filter);
+    } catch (e) {
+      throw new Error("The metadata filter is not valid JSON: " + e.message);
+    }
+  }
+  return body;
+}
+
+async function runSearch(request) {
+  clearError();
+  if (state.controller) state.controller.abort();
+  const controller = new AbortController();
+  state.controller = controller;
+  state.lastRequest = request;
+  $("go").disabled = true;
+  $("next").hidden = true;
+  $("timings").hidden = true;
+  $("warnings").hidden = true;
+  setProgress("searching…");
+  const t0 = performance.now();
+  try {
+    await mediaToken();
+    const r = await fetch("/search/stream", {
+      method: "POST",
+      headers: apiHeaders({ "Content-Type": "application/json" }),
+      body: JSON.stringify(request),
+      signal: controller.signal,
+    });
+    if (!r.ok) {
+      const [title, detail] = await errorOf(r);
+      if (r.status === 401) $("keybox").open = true;
+      throw Object.assign(new Error(title), { detail });
+    }
+    clearResults();
+    await readLines(r, (message) => onMessage(message, request, t0));
+  } catch (e) {
+    if (e.name === "AbortError") return;
+    setProgress("");
+    showError(e.message || String(e), e.detail || "");
+  } finally {
+    if (state.controller === controller) {
+      state.controller = null;
+      $("go").disabled = false;
+    }
+  }
+}
+
+async function readLines(response, onLine) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (value) buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, cut).trim();
+      buffer = buffer.slice(cut + 1);
+      if (line) onLine(JSON.parse(line));
+    }
+    if (done) break;
+  }
+  if (buffer.trim()) onLine(JSON.parse(buffer));
+}
+
+function setProgress(text) {
+  $("progress").textContent = text;
+}
+
+function onMessage(message, request, t0) {
+  const ms = (performance.now() - t0).toFixed(0);
+  if (message.type === "stage1") {
+    render(message.results, "video");
+    const stage2 = request.mode === "indexed" ? "" : " · stage 2 reranking…";
+    setProgress(`stage 1: ${message.results.length} results in ${ms} ms${stage2}`);
+  } else if (message.type === "update") {
+    render(message.results, "video");
+    setProgress(`stage 2: ${message.reranked} of ${message.candidates} candidates reranked (${ms} ms)`);
+  } else if (message.type === "final") {
+    const response = message.response;
+    if (response.group_by === "clip") clearResults();
+    render(response.results, response.group_by, true);
+    showTimings(response.timings_ms, ms);
+    showWarnings(response.warnings);
+    const n = response.results.length;
+    setProgress(n ? `${n} result${n > 1 ? "s" : ""} · done in ${ms} ms` : "no results");
+    state.nextToken = response.next_page_token;
+    $("next").hidden = !state.nextToken;
+    document.body.dataset.searchDone = "1";
+  } else if (message.type === "error") {
+    showError(`${message.status} ${message.error.code}`, `${message.error.message} (request ${message.request_id})`);
+    setProgress("");
+  }
+}
+
+function showTimings(timings, clientMs) {
+  const dl = $("timings");
+  dl.textContent = "";
+  const names = {
+    queue: "queue", query_embed: "query embedding", filter: "filter", faiss: "stage 1 (FAISS)",
+    selection: "frame selection", decode: "decode", encode: "encode", head: "streaming head", total: "server total",
+  };
+  for (const [k, label] of Object.entries(names)) {
+    const v = timings[k];
+    if (!v && k !== "total") continue;
+    const item = el("div", k === "total" ? { class: "total" } : {});
+    item.append(el("dt", {}, label), el("dd", {}, `${v.toFixed(1)} ms`));
+    dl.append(item);
+  }
+  const item = el("div");
+  item.append(el("dt", {}, "in the browser"), el("dd", {}, `${clientMs} ms`));
+  dl.append(item);
+  dl.hidden = false;
+}
+
+function showWarnings(warnings) {
+  const ul = $("warnings");
+  ul.textContent = "";
+  for (const w of warnings || []) ul.append(el("li", {}, w));
+  ul.hidden = !(warnings && warnings.length);
+}
+
+// -- cards ---------------------------------------------------------------------------------------
+function clearResults() {
+  state.cards.clear();
+  $("results").textContent = "";
+  delete document.body.dataset.searchDone;
+}
+
+function keyOf(result, groupBy) {
+  if (groupBy !== "clip") return result.video_id;
+  const m = result.evidence && result.evidence.moment;
+  return `${result.video_id}@${m ? m.start_s : ""}`;
+}
+
+function render(results, groupBy, final = false) {
+  const list = $("results");
+  const keep = new Set();
+  results.forEach((result, i) => {
+    const key = keyOf(result, groupBy);
+    keep.add(key);
+    let card = state.cards.get(key);
+    if (!card) {
+      card = $("card-template").content.firstElementChild.cloneNode(true);
+      card.dataset.key = key;
+      state.cards.set(key, card);
+      setupCard(card);
+    }
+    fillCard(card, result, i + 1, groupBy, final);
+    list.append(card); // in rank order (moves an existing card)
+  });
+  for (const [key, card] of state.cards) {
+    if (!keep.has(key)) {
+      card.remove();
+      state.cards.delete(key);
+    }
+  }
+}
+
+function setupCard(card) {
+  const video = card.querySelector("video");
+  video.addEventListener("loadedmetadata", () => seekToMoment(card));
+  video.addEventListener("error", () => {
+    const p = card.querySelector(".player-error");
+    const code = video.error ? video.error.code : 0;
+    p.textContent = code === 4
+      ? "This browser cannot play this video's format; thumbnails and times still apply."
+      : "The video could not be loaded.";
+    p.hidden = false;
+  });
+  const strip = card.querySelector(".strip");
+  strip.addEventListener("keydown", (e) => {
+    const points = card._timeline ? card._timeline.points : [];
+    if (!points.length) return;
+    let i = card._cursor == null ? 0 : card._cursor;
+    if (e.key === "ArrowRight") i = Math.min(points.length - 1, i + 1);
+    else if (e.key === "ArrowLeft") i = Math.max(0, i - 1);
+    else if (e.key === "Home") i = 0;
+    else if (e.key === "End") i = points.length - 1;
+    else if (e.key === "Enter" || e.key === " ") {
+      seek(card, points[i].start_s, true);
+      e.preventDefault();
+      return;
+    } else return;
+    e.preventDefault();
+    card._cursor = i;
+    markCursor(card);
+    seek(card, points[i].start_s, false);
+  });
+}
+
+function seekToMoment(card) {
+  const m = card._moment;
+  if (m) card.querySelector("video").currentTime = m.start_s;
+}
+
+function seek(card, seconds, play) {
+  const video = card.querySelector("video");
+  if (!video.getAttribute("src")) return;
+  video.currentTime = seconds;
+  if (play) video.play().catch(() => {});
+}
+
+function fillCard(card, result, rank, groupBy, final) {
+  const meta = result.metadata || {};
+  card.querySelector(".title").textContent = meta.title || result.video_id;
+  card.querySelector(".title").title = result.video_id;
+  card.querySelector(".score").textContent = `score ${result.score.toFixed(3)}`;
+  const move = card.querySelector(".move");
+  const from = result.stage1_rank;
+  move.textContent = groupBy === "clip" ? `video #${from} in stage 1` : `#${from} → #${rank}`;
+  move.className = "move" + (from > rank ? " up" : from < rank ? " down" : "");
+  move.title = result.reranked
+    ? `stage 1: #${from} (score ${result.stage1_score.toFixed(3)}); after stage 2: #${rank}`
+    : `stage 1 only: #${from}`;
+  card.classList.toggle("reranked", !!result.reranked);
+  card.classList.toggle("pending", !result.reranked && !result.evidence);
+
+  const parts = [];
+  if (result.duration_s != null) parts.push(fmtTime(result.duration_s));
+  for (const [k, v] of Object.entries(meta)) {
+    if (k !== "title") parts.push(`${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`);
+  }
+  if (result.clips_used != null) parts.push(`clips streamed: ${result.clips_used}/${result.clips_planned}`);
+  if (result.video_score != null) parts.push(`video score ${result.video_score.toFixed(3)}`);
+  card.querySelector(".meta").textContent = parts.join(" · ");
+
+  const evidence = result.evidence;
+  const moment = evidence && evidence.moment;
+  const momentP = card.querySelector(".moment");
+  momentP.textContent = "";
+  if (moment) {
+    const play = el("button", { type: "button", class: "play" }, `▶ ${fmtTime(moment.start_s)} – ${fmtTime(moment.end_s)}`);
+    play.title = moment.source === "streaming"
+      ? "the clip whose readout gained most similarity to the query"
+      : "the window of frames with the highest relevance";
+    play.addEventListener("click", () => seek(card, moment.start_s, true));
+    momentP.append(el("span", {}, "Moment "), play);
+  } else {
+    momentP.textContent = final ? "" : "waiting for stage 2…";
+  }
+  const changed = !card._moment || !moment || card._moment.start_s !== (moment && moment.start_s);
+  card._moment = moment || null;
+  const video = card.querySelector("video");
+  if (moment && !video.getAttribute("src")) {
+    video.src = mediaUrl(result.video_id) + `#t=${moment.start_s}`;
+  } else if (moment && changed && video.readyState >= 1) {
+    seekToMoment(card);
+  }
+  card.querySelector(".player").hidden = !moment;
+
+  const thumbs = card.querySelector(".thumbs");
+  const frames = shownFrames((evidence && evidence.frames) || [], moment);
+  const sig = frames.map((f) => f.frame_index).join(",");
+  if (thumbs.dataset.sig !== sig) {
+    thumbs.dataset.sig = sig;
+    thumbs.textContent = "";
+    for (const f of frames) {
+      const b = el("button", { type: "button", class: "thumb", title: `frame ${f.frame_index} at ${fmtTime(f.timestamp_s)} · relevance ${f.relevance.toFixed(3)}` });
+      const img = el("img", { alt: `frame ${f.frame_index} at ${fmtTime(f.timestamp_s)}`, loading: "eager", src: frameUrl(result.video_id, f.frame_index) });
+      img.addEventListener("error", () => b.classList.add("broken"));
+      b.append(img, el("span", {}, fmtTime(f.timestamp_s)));
+      b.addEventListener("click", () => seek(card, f.timestamp_s, false));
+      thumbs.append(b);
+    }
+  }
+  drawTimeline(card, result.timeline, moment, result.duration_s);
+}
+
+const MAX_THUMBS = 8;
+
+function shownFrames(frames, moment) {
+  // the evidence frames inside the moment first, then the most relevant; shown in time order
+  const inMoment = (f) => moment && f.timestamp_s >= moment.start_s && f.timestamp_s < moment.end_s;
+  const ranked = [...frames].sort((a, b) => (inMoment(b) - inMoment(a)) || (b.relevance - a.relevance));
+  return ranked.slice(0, MAX_THUMBS).sort((a, b) => a.timestamp_s - b.timestamp_s);
+}
+
+function drawTimeline(card, timeline, moment, duration) {
+  const strip = card.querySelector(".strip");
+  card._timeline = timeline;
+  strip.textContent = "";
+  strip.hidden = !timeline || !timeline.points.length;
+  if (strip.hidden) return;
+  const points = timeline.points;
+  const values = points.map((p) => p.value);
+  const lo = Math.min(...values);
+  const hi = Math.max(...values);
+  const span = Math.max(duration || 0, points[points.length - 1].end_s) || 1;
+  strip.title = timeline.source === "streaming"
+    ? "readout similarity q·z_t after each streamed clip"
+    : "frame relevance q·f over time";
+  strip.setAttribute("aria-valuemin", "0");
+  strip.setAttribute("aria-valuemax", String(points.length - 1));
+  for (const [i, p] of points.entries()) {
+    const bar = el("span", { class: "bar" });
+    const level = hi > lo ? (p.value - lo) / (hi - lo) : 1;
+    bar.style.left = `${(100 * p.start_s) / span}%`;
+    bar.style.width = `${Math.max(0.6, (100 * (p.end_s - p.start_s)) / span)}%`;
+    bar.style.height = `${12 + 88 * level}%`;
+    if (moment && p.start_s < moment.end_s && p.end_s > moment.start_s) bar.classList.add("in-moment");
+    bar.title = `${fmtTime(p.start_s)}–${fmtTime(p.end_s)}: ${p.value.toFixed(3)}`;
+    bar.addEventListener("click", () => {
+      card._cursor = i;
+      markCursor(card);
+      seek(card, p.start_s, false);
+    });
+    strip.append(bar);
+  }
+  markCursor(card);
+}
+
+function markCursor(card) {
+  const bars = card.querySelectorAll(".strip .bar");
+  bars.forEach((b, i) => b.classList.toggle("cursor", i === card._cursor));
+  if (card._cursor != null) card.querySelector(".strip").setAttribute("aria-valuenow", String(card._cursor));
+}
+
+// -- wiring ----------------------------------------------------------------------------------------
+function onImageChosen() {
+  const file = $("image").files[0];
+  if (!file) return;
+  if (file.size > MAX_IMAGE_BYTES) {
+    showError("The image is too large", `at most ${MAX_IMAGE_BYTES / 1048576} MiB`);
+    $("image").value = "";
+    return;
+  }
+  const reader = new FileReader();
+  reader.onload = () => {
+    state.image = reader.result;
+    $("image-preview").src = reader.result;
+    $("image-info").hidden = false;
+  };
+  reader.onerror = () => showError("The image could not be read", "");
+  reader.readAsDataURL(file);
+}
+
+function init() {
+  loadStatus();
+  const saved = sessionStorage.getItem(KEY_STORE);
+  if (saved) $("key").value = saved;
+  $("search").addEventListener("submit", (e) => {
+    e.preventDefault();
+    try {
+      runSearch(buildRequest());
+    } catch (err) {
+      showError(err.message, "");
+    }
+  });
+  $("next").addEventListener("click", () => {
+    if (state.lastRequest && state.nextToken) runSearch({ ...state.lastRequest, page_token: state.nextToken });
+  });
+  $("image").addEventListener("change", onImageChosen);
+  $("image-clear").addEventListener("click", () => {
+    state.image = null;
+    $("image").value = "";
+    $("image-info").hidden = true;
+  });
+  $("key-save").addEventListener("click", () => {
+    const key = $("key").value.trim();
+    if (key) sessionStorage.setItem(KEY_STORE, key);
+    else sessionStorage.removeItem(KEY_STORE);
+    state.token = null;
+    $("keybox").open = false;
+    $("q").focus();
+  });
+  document.addEventListener("keydown", (e) => {
+    const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName);
+    if (e.key === "/" && !typing) {
+      e.preventDefault();
+      $("q").focus();
+      $("q").select();
+    } else if (e.key === "Escape" && state.controller) {
+      state.controller.abort();
+      setProgress("stopped");
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", init);

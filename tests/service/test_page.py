@@ -1,0 +1,269 @@
+"""The search page at ``GET /``: served without anything external, and driven in a real headless
+Chromium (Debian's ``chromium`` through selenium and the system ``chromedriver``; nothing downloads
+a browser). The browser test needs those two programs: without them it is skipped with the reason,
+and where ``QASLR_REQUIRE_BROWSER=1`` (``scripts/test.sh``, hence CI) it fails instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.service.conftest import _build, live_server
+
+QUERY = "a red block slides across the sea"
+
+
+def test_the_page_and_its_assets_are_served_locally(server):
+    r = server.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+    html = r.text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert "/static/app.js" in assets and "/static/app.css" in assets
+    for asset in assets:
+        assert asset.startswith("/"), f"the page loads {asset} from elsewhere"
+        assert server.get(asset).status_code == 200
+    for asset in ("/static/app.js", "/static/app.css"):
+        text = server.get(asset).text
+        assert "http://" not in text and "https://" not in text, f"{asset} reaches outside the server"
+    assert "/search/stream" in server.get("/static/app.js").text
+
+
+# -- the browser ------------------------------------------------------------------------------------
+def _browser() -> tuple[str, str]:
+    """(chromium, chromedriver) paths, or skip (fail where the browser is required)."""
+    chromium = next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+    )
+    driver = shutil.which("chromedriver") or (
+        "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+    )
+    try:
+        import selenium  # noqa: F401
+
+        missing = []
+    except ImportError:
+        missing = ["the selenium package (pip install -e '.[dev]')"]
+    if chromium is None:
+        missing.append("chromium (apt-get install chromium)")
+    if driver is None:
+        missing.append("chromedriver (apt-get install chromium-driver)")
+    if missing:
+        reason = "the search-page browser test needs " + " and ".join(missing)
+        if os.environ.get("QASLR_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return chromium, driver
+
+
+@pytest.fixture(scope="module")
+def web_index(tmp_path_factory, video_factory, tiny_checkpoint, tiny_head) -> Path:
+    """Three short VP9/WebM videos (a format every Chromium plays) with titles, indexed."""
+    root = tmp_path_factory.mktemp("web_corpus")
+    lines = []
+    for i, (frames, title) in enumerate(
+        [(60, "Harbour at dawn"), (48, "Market street"), (72, "Forest path")]
+    ):
+        path = video_factory(
+            root / f"w{i}.webm", num_frames=frames, fps=12, size=(96, 64), seed=40 + i, codec="vp9"
+        )
+        lines.append(json.dumps({"id": f"web/w{i}", "path": str(path), "metadata": {"title": title, "n": i}}))
+    manifest = root / "manifest.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    return _build(manifest, tmp_path_factory.mktemp("idx") / "web", tiny_checkpoint, tiny_head)
+
+
+@pytest.fixture(scope="module")
+def web_settings(web_index, tiny_checkpoint, tiny_head):
+    from service.settings import Settings
+
+    def make(**overrides):
+        values = dict(
+            index=web_index, model=str(tiny_checkpoint), head=tiny_head, default_frames=8, max_frames=16
+        )
+        return Settings(redis_url=None, **{**values, **overrides})
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """One headless Chromium for the module's tests."""
+    chromium, chromedriver = _browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--mute-audio",
+        "--window-size=1280,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(arg)
+    browser = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    browser.set_page_load_timeout(30)
+    yield browser
+    browser.quit()
+
+
+def _wait(driver, timeout=40):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1)
+
+
+def _search_done(driver) -> bool:
+    return driver.find_element("tag name", "body").get_attribute("data-search-done") == "1"
+
+
+@pytest.mark.timeout(180)
+def test_a_search_in_a_real_browser_shows_cards_thumbnails_and_the_moment(driver, web_settings, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from service.app import create_app
+
+    with live_server(create_app(web_settings())) as client:
+        driver.get(str(client.base_url) + "/")
+        wait = _wait(driver)
+
+        # an empty query is refused by the page itself, visibly
+        driver.find_element(By.ID, "go").click()
+        error = driver.find_element(By.ID, "error")
+        wait.until(lambda d: error.is_displayed())
+        assert "query" in error.text.lower()
+
+        # 1. type a query
+        driver.find_element(By.ID, "q").send_keys(QUERY, Keys.ENTER)
+        # 2. wait for the result cards (the final answer of the stream)
+        wait.until(_search_done)
+        assert not error.is_displayed()
+        cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+        assert len(cards) == 3
+        titles = {c.find_element(By.CSS_SELECTOR, ".title").text for c in cards}
+        assert titles == {"Harbour at dawn", "Market street", "Forest path"}
+        assert all(re.match(r"#\d → #\d", c.find_element(By.CSS_SELECTOR, ".move").text) for c in cards)
+        assert driver.find_element(By.ID, "timings").is_displayed()
+        assert driver.find_elements(By.CSS_SELECTOR, "#results .card .strip .bar")
+
+        # 3. the thumbnails actually loaded
+        wait.until(
+            lambda d: d.execute_script(
+                "const imgs = [...document.querySelectorAll('#results .thumb img')];"
+                "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);"
+            )
+        )
+        # 4. every player sits inside its moment once it has loaded
+        moments = driver.execute_script(
+            "return [...document.querySelectorAll('#results .card')].map(c => [c._moment.start_s, c._moment.end_s]);"
+        )
+        wait.until(
+            lambda d: d.execute_script(
+                "return [...document.querySelectorAll('#results .card video')].every(v => v.readyState >= 1);"
+            )
+        )
+        times = driver.execute_script(
+            "return [...document.querySelectorAll('#results .card video')].map(v => v.currentTime);"
+        )
+        for (start, end), t in zip(moments, times, strict=True):
+            assert start - 1e-3 <= t <= end, (start, end, t)  # media time is kept to the microsecond
+        # a thumbnail seeks the player to its frame (keyboard: thumbnails are buttons)
+        cards[0].find_elements(By.CSS_SELECTOR, ".thumb")[-1].send_keys(Keys.ENTER)
+        wait.until(
+            lambda d: d.execute_script(
+                "const c = document.querySelector('#results .card');"
+                "const ts = [...c.querySelectorAll('.thumb span')];"
+                "return Math.abs(c.querySelector('video').currentTime - parseFloat(ts[ts.length - 1].textContent)) < 0.06;"
+            )
+        )
+        # 5. a screenshot
+        shot = tmp_path / "search-page.png"
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
+
+
+@pytest.mark.timeout(180)
+def test_the_page_asks_for_a_key_searches_by_image_and_shows_errors(driver, web_settings, tmp_path):
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from service.app import create_app
+
+    picture = tmp_path / "query.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(picture)
+    not_a_picture = tmp_path / "notes.png"
+    not_a_picture.write_text("this is not a picture")
+
+    with live_server(create_app(web_settings(api_keys=["page-key"]))) as client:
+        driver.get(str(client.base_url) + "/")
+        driver.execute_script("sessionStorage.clear();")
+        driver.refresh()
+        wait = _wait(driver)
+        error = driver.find_element(By.ID, "error")
+        driver.find_element(By.ID, "q").send_keys(QUERY, Keys.ENTER)
+        wait.until(lambda d: error.is_displayed())
+        assert "API key" in error.text and driver.find_element(By.ID, "keybox").get_attribute("open")
+
+        driver.find_element(By.ID, "key").send_keys("page-key")
+        driver.find_element(By.ID, "key-save").click()
+        assert driver.execute_script("return sessionStorage.getItem('qaslr.apiKey');") == "page-key"
+
+        # an image query, alone: cards whose thumbnails load through the media token
+        driver.find_element(By.ID, "q").clear()
+        driver.find_element(By.ID, "image").send_keys(str(picture))
+        wait.until(lambda d: d.find_element(By.ID, "image-info").is_displayed())
+        driver.find_element(By.ID, "go").click()
+        wait.until(_search_done)
+        assert not error.is_displayed()
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#results .card")) == 3
+        wait.until(
+            lambda d: d.execute_script(
+                "const imgs = [...document.querySelectorAll('#results .thumb img')];"
+                "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0) && "
+                "imgs.every(i => i.src.includes('token=') && !i.src.includes('page-key'));"
+            )
+        )
+
+        # the server's refusal is shown as it is
+        driver.find_element(By.ID, "image").send_keys(str(not_a_picture))
+        driver.find_element(By.ID, "go").click()
+        wait.until(lambda d: error.is_displayed())
+        assert "415" in error.text and "picture" in error.text
+
+
+def test_the_readme_screenshot_is_a_small_png():
+    root = Path(__file__).resolve().parents[2]
+    shot = root / "docs" / "search-page.png"
+    assert "docs/search-page.png" in (root / "README.md").read_text()
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) <= 300 * 1000
+
+
+def test_the_screenshot_script_keeps_pngs_under_the_limit():
+    import importlib.util
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("screenshot", root / "scripts" / "screenshot.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    noise = np.random.default_rng(0).integers(0, 256, size=(400, 600, 3), dtype=np.uint8)
+    raw = io.BytesIO()
+    Image.fromarray(noise).save(raw, format="PNG")
+    assert raw.tell() > 300_000
+    small = script.shrink(raw.getvalue(), 300_000)
+    assert len(small) <= 300_000 and Image.open(io.BytesIO(small)).format == "PNG"
