@@ -54,7 +54,7 @@ ASSET_DIR = Path(__file__).resolve().parent / "tiny_world"
 
 @dataclass(frozen=True)
 class BackboneTrainConfig:
-    steps: int = 4400
+    steps: int = 2600
     lr: float = 1e-3
     min_lr_ratio: float = 0.05
     warmup: int = 100
@@ -66,7 +66,7 @@ class BackboneTrainConfig:
     long: int = 2
     long_frames: tuple[int, int] = (24, 64)
     order_pairs: int = 2
-    frame_phase: float = 0.84  # share of the steps with frames only (then clips, long videos, order)
+    frame_phase: float = 0.72  # share of the steps with frames only (then clips, long videos, order)
     ramp: float = 0.5  # share of the steps over which the world's difficulty grows from easy to full
     margin: float = 0.1
     aux_weight: float = 0.5
