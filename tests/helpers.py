@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -34,12 +35,23 @@ class ServerProcess:
     ):
         self.cmd, self.env, self.ready_timeout, self.stop_signal = cmd, env, ready_timeout, stop_signal
         self.url = f"http://127.0.0.1:{port}"
-        self.output = ""
+        self._log = None
+        self._final_output: str | None = None
+
+    @property
+    def output(self) -> str:
+        """What the process has printed so far (all of it once stopped)."""
+        if self._final_output is not None:
+            return self._final_output
+        if self._log is None:
+            return ""
+        fd = self._log.fileno()  # pread leaves the offset the child writes at alone
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def __enter__(self) -> ServerProcess:
-        self._log = tempfile.TemporaryFile(mode="w+")
+        self._log = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(
-            self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, text=True
+            self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + self.ready_timeout
         while True:
@@ -69,7 +81,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._log.seek(0)
-        self.output = self._log.read()
-        self._log.close()
-        return self.output
+        if self._final_output is None:
+            self._final_output = self.output
+            self._log.close()
+        return self._final_output
