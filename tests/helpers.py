@@ -50,9 +50,7 @@ class ServerProcess:
 
     def __enter__(self) -> ServerProcess:
         self._log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.ready_timeout
         while True:
             if self.proc.poll() is not None:

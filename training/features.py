@@ -275,7 +275,9 @@ def build_cache(
     )
     # an item's own text (a QA question) goes after the video, the reference order; a query that
     # conditions a candidate goes where settings.text_conditioning says (as stage 2 will put it)
-    encoder = VideoEncoder(backbone, config=config, instruction=settings.instruction)
+    encoder = VideoEncoder(
+        backbone, config=config, instruction=settings.instruction, text_conditioning=TextConditioning.AFTER
+    )
     conditioned = VideoEncoder(
         backbone,
         config=config,

@@ -169,9 +169,15 @@ def test_save_load_round_trip(tmp_path):
     assert num_trainable_parameters(loaded) == num_trainable_parameters(head)
     ev, ev_mask, step_mask = _pad_batch([_video(11, 2, 6)], 2, 6)
     head.eval(), loaded.eval()
-    assert torch.equal(
-        head(ev.float(), ev_mask, step_mask).final, loaded(ev.float(), ev_mask, step_mask).final
-    )
+    # the weights are bit-identical (above); the forward pass may differ in the last bits, since CPU
+    # kernels can pick another reduction order for differently aligned buffers
+    with torch.no_grad():
+        torch.testing.assert_close(
+            head(ev.float(), ev_mask, step_mask).final,
+            loaded(ev.float(), ev_mask, step_mask).final,
+            rtol=0,
+            atol=1e-6,
+        )
     as_double = load_head(tmp_path / "h", dtype=torch.float64)
     assert as_double.think_tokens.dtype == torch.float64
     fp = head_fingerprint(tmp_path / "h")
