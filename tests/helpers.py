@@ -18,6 +18,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_ready(proc: subprocess.Popen, url: str, output, timeout: float) -> None:
+    """Poll ``url``/readyz until it answers 200; raise AssertionError (with the end of ``output()``,
+    what the process printed) if the process exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited ({proc.returncode}):\n{output()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server was not ready in {timeout:g} s:\n{output()[-3000:]}")
+        time.sleep(0.2)
+
+
 class ServerProcess:
     """``with ServerProcess(cmd, env=env, port=port) as server:`` starts ``cmd``, waits until
     ``/readyz`` answers 200 (failing with the process output if it exits or times out), and on exit
@@ -51,22 +68,12 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self._log = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self.ready_timeout
-        while True:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.output[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(
-                    f"the server was not ready in {self.ready_timeout:g} s:\n{self.output[-3000:]}"
-                )
-            time.sleep(0.3)
+        try:
+            wait_until_ready(self.proc, self.url, lambda: self.output, self.ready_timeout)
+        except AssertionError:
+            self.stop()
+            raise
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()

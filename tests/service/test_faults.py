@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from indexer.publish import publish
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until_ready
 from tests.service.conftest import live_server, start_redis
 
 QUERIES = ["a red block slides across the sea", "moving blocks", "a bright band", "green square", "city"]
@@ -219,16 +219,7 @@ def test_sigterm_drains_in_flight_requests(qaslr_index, tiny_checkpoint, tiny_he
         proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "server not ready"
-            time.sleep(0.2)
+        wait_until_ready(proc, url, log.read_text, 90)
 
         def search(i: int):
             body = {"query": QUERIES[i % len(QUERIES)], "top_k": 8, "shortlist": 8, "frames": 16, "seed": i}

@@ -16,13 +16,12 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until_ready
 
 QUERY = "a red block slides across the sea"
 
@@ -163,16 +162,7 @@ def test_no_path_or_key_in_responses_or_logs(qaslr_index, tiny_checkpoint, tiny_
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_until_ready(proc, url, log.read_text, 90)
         auth = {"Authorization": f"Bearer {key}"}
         calls = [
             ("GET", "/readyz", None, {}),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until_ready
 
 DURATION_S = float(os.environ.get("QASLR_SOAK_S", "120"))
 WARMUP_S = 20.0
@@ -100,16 +100,7 @@ def test_soak_mixed_load_steady_rss_no_5xx(qaslr_index, tiny_checkpoint, tiny_he
                     results.append((time.monotonic(), time.monotonic() - t0, status, mode))
 
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "server not ready"
-            time.sleep(0.2)
+        wait_until_ready(proc, url, log.read_text, 90)
         threads = [threading.Thread(target=client, args=(w,), daemon=True) for w in range(CONCURRENCY)]
         started = time.monotonic()
         for t in threads:

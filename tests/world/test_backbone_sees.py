@@ -92,6 +92,7 @@ def test_text_finds_the_right_frame_and_beats_every_empty_haystack(tmp_path, wor
     # white events against bright haystacks whose noise blocks reach white)
     assert beaten >= 0.95 * total, f"{beaten}/{total}, worst margin {worst_margin:.3f}"
 
+
 def test_a_circle_reaches_the_backbone_as_a_circle_in_landscape_and_portrait(tmp_path, world_backbone):
     """Decoding keeps the aspect ratio: the circle's width and height stay equal (within rounding)
     in a 16:9 and a 9:16 video, where squashing to a square would make it an ellipse of 1.78:1."""
