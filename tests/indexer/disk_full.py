@@ -4,8 +4,9 @@ index on a small tmpfs of its own.
     unshare -m python tests/indexer/disk_full.py MOUNTPOINT OUT_DIR indexer-build-args...
 
 1. mounts a tmpfs (``SIZE``) on MOUNTPOINT (only this process and its children see it);
-2. starts ``indexer build ... --index MOUNTPOINT/idx`` and, once two batches are committed, fills the
-   file system to the last byte with a ballast file, so the build's next write fails;
+2. starts ``indexer build ... --index MOUNTPOINT/idx`` and, once two batches are committed, pauses it
+   (SIGSTOP), fills the file system to the last byte with a ballast file and lets it go on
+   (SIGCONT), so the build's next write fails;
 3. records the build's exit status and stderr, runs ``indexer verify`` on what is left, copies the
    index out, deletes the ballast and runs the same build again (the resume), verifies again and
    copies the result out;
@@ -16,7 +17,9 @@ index on a small tmpfs of its own.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -65,8 +68,14 @@ def main() -> int:
     filled = 0
     while proc.poll() is None and time.monotonic() < deadline:
         if not filled and len(list((index / "bank").glob("bank-*.npy"))) >= 2:
-            filled = _fill(mount)
-            report["committed_batches_before_full"] = len(list((index / "bank").glob("bank-*.npy")))
+            # pause the build while the ballast is written: otherwise a fast build races the fill
+            # and can commit every remaining video before the disk is full (seen in CI)
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                report["committed_batches_before_full"] = len(list((index / "bank").glob("bank-*.npy")))
+                filled = _fill(mount)
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.002)
     stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     report.update(first_status=proc.returncode, first_stderr=stderr[-4000:], ballast_bytes=filled)
