@@ -301,7 +301,7 @@ class Searcher:
         if seed is not None and not 0 <= int(seed) <= MAX_SEED:
             raise InvalidRequest("seed", f"must be between 0 and {MAX_SEED}")
         exit_threshold = get("exit_threshold")
-        notes = []
+        notes = list(get("notes", None) or [])  # a resolved SearchParams keeps what it was told
         can_exit = self.reranker.gate is not None and self.reranker.streaming
         if exit_threshold is not None:
             exit_threshold = float(exit_threshold)
