@@ -34,7 +34,8 @@ and reports, mean ± std over the seeds:
   the indexed one);
 - clips: for streaming stage 2, the mean share of planned clips encoded (Eq. 19: saved = 1 - this)
   and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
-- median latency per query.
+- median latency per query, and a second table of the median time per stage (query embedding,
+  FAISS, selection, decode, encode and the head's share of it).
 Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
 """
 
@@ -68,6 +69,10 @@ METRICS = (
     ("agreement", "top-1 = full %", True),
     ("latency_ms", "p50 ms", False),
 )
+
+# the searcher's timed stages, in the order a query passes them ("head" is the part of "encode"
+# spent in the streaming head)
+STAGES = ("queue", "query_embed", "filter", "faiss", "selection", "decode", "encode", "head")
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
     """Metrics of one mode over single-event queries, and each query's (top-1 id, v_ij of the right video)."""
     searcher = engine.searcher
     rows: dict[str, list[float]] = {k: [] for k, _, _ in METRICS}
-    lens, seen = [], {}
+    lens, seen, stages = [], {}, {}
     for query, right in queries:
         request = {
             "query": query, "mode": mode.search, "top_k": args.shortlist, "shortlist": args.shortlist,
@@ -117,6 +122,8 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
         t = time.perf_counter()
         result = searcher.search(request)
         rows["latency_ms"].append((time.perf_counter() - t) * 1e3)
+        for stage, ms in result.timings_ms.items():
+            stages.setdefault(stage, []).append(ms)
         ids = [h.video_id for h in result.hits]
         rows["recall@R"].append(float(right in ids))
         rows["hit@1"].append(float(ids[:1] == [right]))
@@ -145,6 +152,7 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
     out["latency_ms"] = float(np.median(rows["latency_ms"]))
     out["moment_len_s"] = float(np.median(lens)) if lens else float("nan")
     out["queries"] = len(queries)
+    out["stages_ms"] = {k: float(np.median(v)) for k, v in stages.items() if k != "total"}
     return out, seen
 
 
@@ -316,6 +324,14 @@ def main(argv=None) -> int:
         rows = [per_seed[s][mode] for s in args.seeds]
         cells = [fmt([r.get(k, float("nan")) for r in rows], pct) for k, _, pct in shown]
         print(f"| {mode} | " + " | ".join(cells) + " |")
+    print("\nwhere the time goes: median ms per query and stage (the searcher's own timings), mean over seeds")
+    stage_names = [k for k in STAGES if any(k in per_seed[s][m].get("stages_ms", {}) for s in args.seeds for m in modes)]
+    print("| mode | " + " | ".join(stage_names) + " |")
+    print("|---|" + "---|" * len(stage_names))
+    for mode in modes:
+        cells = [statistics.fmean(per_seed[s][mode].get("stages_ms", {}).get(k, 0.0) for s in args.seeds)
+                 for k in stage_names]  # fmt: skip
+        print(f"| {mode} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
     if args.json:
         Path(args.json).write_text(
             json.dumps({"args": vars(args), "minutes": minutes, "per_seed": per_seed}, indent=2, default=str)
