@@ -52,6 +52,7 @@ from core.logs import configure_logging
 logger = logging.getLogger("indexer")
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_BACKEND = 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
@@ -183,6 +184,42 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="exit with status 1 when any video failed (default: failures are recorded and the exit status is 0)",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group(
+        "backend",
+        "Where decoding and embedding run. Both backends write the same index through the same writer; "
+        "the Ray backend needs `pip install .[ray]`, the project and the model on every node, and the "
+        "videos at the same paths everywhere (docs/architecture.md, 'Building on a Ray cluster')",
+    )
+    g.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="local: decode threads and the model in this process (default); ray: Ray Data, decoding as "
+        "CPU tasks and embedding in a pool of model actors, results committed here",
+    )
+    g.add_argument(
+        "--address",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --backend ray: the Ray cluster to join (e.g. 10.0.0.5:6379, or 'auto'); default: start a "
+        "Ray runtime on this machine for this build",
+    )
+    g.add_argument(
+        "--ray-embedders",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --backend ray: embedding actors, each loading the model once (default: one per GPU of the "
+        "cluster, else 1)",
+    )
+    g.add_argument(
+        "--ray-gpus-per-embedder",
+        type=float,
+        default=None,
+        metavar="G",
+        help="with --backend ray: GPUs each embedding actor reserves (default: 1 when the cluster has GPUs, "
+        "else 0)",
+    )
 
 
 def add_build_arguments(p: argparse.ArgumentParser) -> None:
@@ -366,7 +403,9 @@ def run_build(args) -> int:
         writer = IndexWriter.create(args.index, manifest)
     except (IndexMismatchError, IndexFormatError) as exc:
         return _usage(str(exc))
-    code = _run_builder(args, writer, loaded, items, factory=args.faiss_factory)
+    code = _run_builder(
+        args, writer, loaded, items, factory=args.faiss_factory, model=str(model), head_dir=args.head
+    )
     if code == 0 and args.publish:
         args.index_dir, args.link = args.index, args.publish
         return run_publish(args)
@@ -413,7 +452,15 @@ def run_add(args) -> int:
     ) as exc:
         return _usage(str(exc))
     writer = IndexWriter.open(args.index)
-    return _run_builder(args, writer, loaded, items, factory=None)
+    return _run_builder(
+        args,
+        writer,
+        loaded,
+        items,
+        factory=None,
+        model=str(args.model or manifest.backbone_id),
+        head_dir=args.head if manifest.uses_head else None,
+    )
 
 
 class _StopOnSignal:
@@ -438,10 +485,30 @@ class _StopOnSignal:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def _run_builder(args, writer, loaded, items, *, factory) -> int:
+def _ray_source(args, builder, *, model: str, head_dir: str | None):
+    """The Ray batch source for this build (a context manager), from the command's flags."""
+    from indexer.distributed import ModelSpec, RayBatchSource, RayOptions
+
+    spec = ModelSpec(
+        model=model,
+        head_dir=head_dir,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        clip_batch=args.clip_batch,
+        image_batch=args.image_batch,
+    )
+    options = RayOptions(
+        address=args.address, embedders=args.ray_embedders, gpus_per_embedder=args.ray_gpus_per_embedder
+    )
+    return RayBatchSource(builder, spec, options)
+
+
+def _run_builder(args, writer, loaded, items, *, factory, model: str, head_dir: str | None) -> int:
     from tqdm import tqdm
 
     from indexer.assembly import encoder_for
+    from indexer.distributed import RayBuildError, RayConnectError
     from indexer.pipeline import Builder, BuildOptions
 
     m = writer.manifest
@@ -474,11 +541,28 @@ def _run_builder(args, writer, loaded, items, *, factory) -> int:
             bar.update(videos)
             bar.set_postfix_str(f"{frames / max(time.perf_counter() - started, 1e-9):.1f} frames/s")
 
+    builder = Builder(writer, encoder, options=options)
+    source = None
+    if args.backend == "ray":
+        from core.errors import ConfigurationError
+
+        source = _ray_source(args, builder, model=model, head_dir=head_dir)
+        try:
+            source.connect()
+        except (ConfigurationError, RayConnectError) as exc:
+            writer.close()
+            return _usage(str(exc))
     try:
         with _StopOnSignal() as stop:
-            stats = Builder(writer, encoder, options=options).run(
-                items, progress=progress, on_plan=on_plan, should_stop=stop.event.is_set
+            stats = builder.run(
+                items,
+                progress=progress,
+                on_plan=on_plan,
+                should_stop=stop.event.is_set,
+                batch_source=source,
             )
+        if source is not None:
+            stats.seconds["workers"] = source.cluster.get("cpus", 1)  # decode tasks run on the cluster's CPUs
     except (OSError, sqlite3.DatabaseError) as exc:
         from core.errors import summarize
 
@@ -488,7 +572,16 @@ def _run_builder(args, writer, loaded, items, *, factory) -> int:
             file=sys.stderr,
         )
         return EXIT_IO
+    except RayBuildError as exc:
+        print(
+            f"indexer: error: the Ray job failed: {exc}. Committed videos are kept; fix the cause and run the "
+            "same command again to resume.",
+            file=sys.stderr,
+        )
+        return EXIT_BACKEND
     finally:
+        if source is not None:
+            source.disconnect()
         if bar is not None:
             bar.close()
         with contextlib.suppress(OSError, sqlite3.DatabaseError):
