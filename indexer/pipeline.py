@@ -35,6 +35,7 @@ import numpy as np
 from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
 from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
+from indexer.store.faiss_index import automatic_switch
 from indexer.video import (
     VideoError,
     VideoInfo,
@@ -114,6 +115,9 @@ class BuildOptions:
     retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
     checkpoint_every_s: float = 30.0  # FAISS checkpoint interval (SQLite holds every commit anyway)
     faiss_factory: str | None = None  # final FAISS factory (None: keep the manifest's)
+    # with no faiss_factory: switch an automatically chosen FAISS type when the corpus has crossed this
+    # size (None: never switch; `indexer add` passes core.config.FAISS_EXACT_MAX_VECTORS)
+    faiss_exact_max: int | None = None
 
 
 @dataclass
@@ -131,6 +135,7 @@ class BuildStats:
     wall_s: float = 0.0
     failures: list = field(default_factory=list)  # (id, reason)
     stopped: bool = False  # asked to stop (should_stop) before every batch was done
+    faiss_switched_from: str | None = None  # the FAISS type the index had before this run switched it
 
     def merge(self, part: BuildStats) -> None:
         """Add what one batch processed elsewhere (a Ray actor) counted: videos, frames, model time."""
@@ -156,6 +161,10 @@ class BuildStats:
         if self.wall_s > 0 and self.indexed:
             lines.append(
                 f"throughput: {self.indexed / self.wall_s:.2f} videos/s, {self.frames_decoded / self.wall_s:.1f} frames/s"
+            )
+        if self.faiss_switched_from:
+            lines.append(
+                f"FAISS: switched from {self.faiss_switched_from} (the corpus crossed the thresholds)"
             )
         for vid, reason in self.failures[:20]:
             lines.append(f"  failed: {vid}: {reason}")
@@ -324,7 +333,15 @@ class Builder:
             logger.warning("stop requested: ending the build after %d batch(es)", committed)
         t = time.perf_counter()
         if not stats.stopped:  # a stopped build is finalized by the run that completes it
-            self.writer.finalize(factory=opts.faiss_factory)
+            factory = opts.faiss_factory
+            if factory is None and opts.faiss_exact_max is not None:
+                factory = automatic_switch(
+                    self.writer.manifest.faiss_factory, self.writer.counts()["indexed"], opts.faiss_exact_max
+                )
+                if factory:
+                    logger.info("the corpus crossed the FAISS thresholds: switching the index to %s", factory)
+                    stats.faiss_switched_from = self.writer.manifest.faiss_factory
+            self.writer.finalize(factory=factory)
         stats.seconds["write"] += time.perf_counter() - t
         stats.wall_s = time.perf_counter() - wall
         return stats

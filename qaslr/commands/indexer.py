@@ -8,7 +8,8 @@ Examples:
   indexer build videos/ --index idx/ --embedder oneshot        # zero-shot, public backbone
   indexer build corpus.jsonl --index idx/ --head head_ckpt/    # QASLR streaming head
   indexer add more_videos/ --index idx/ --head head_ckpt/
-  indexer remove clip_001.mp4 clip_002.mp4 --index idx/
+  indexer remove clip_001.mp4 clip_002.mp4 --index idx/ ; indexer compact --index idx/
+  indexer build videos/ --index idx/ --backend ray --address 10.0.0.5:6379   # on a Ray cluster
   indexer stats --index idx/ ; indexer verify --index idx/
 
 A build that is interrupted (Ctrl-C, kill -9, power loss) resumes where it stopped when the same
@@ -44,6 +45,7 @@ from core.config import (
     DEFAULT_MAX_EVIDENCE,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MODEL_ID,
+    FAISS_EXACT_MAX_VECTORS,
     Embedder,
     candidate_policy,
 )
@@ -184,6 +186,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="exit with status 1 when any video failed (default: failures are recorded and the exit status is 0)",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _exact_max_arg(g)
     g = p.add_argument_group(
         "backend",
         "Where decoding and embedding run. Both backends write the same index through the same writer; "
@@ -219,6 +222,18 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         metavar="G",
         help="with --backend ray: GPUs each embedding actor reserves (default: 1 when the cluster has GPUs, "
         "else 0)",
+    )
+
+
+def _exact_max_arg(g) -> None:
+    g.add_argument(
+        "--faiss-exact-max",
+        type=int,
+        default=FAISS_EXACT_MAX_VECTORS,
+        metavar="N",
+        help=f"exact (Flat) FAISS search up to N videos, HNSW beyond (default {FAISS_EXACT_MAX_VECTORS}, chosen by "
+        "benchmarks/bench_faiss_types.py). build chooses by the source's size; add and compact switch an index "
+        "whose type was chosen this way when its corpus crosses N (a type forced with --faiss-factory stays)",
     )
 
 
@@ -285,6 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="+", metavar="ID", help="video ids as shown by `indexer stats --list`")
     _index_arg(p)
     p.set_defaults(_run=run_remove)
+    p = sub.add_parser(
+        "compact",
+        help="reclaim the frame-bank, FAISS and metadata space that `remove` left behind",
+        description="Rewrite the frame-bank files that hold frames of removed videos (keeping only the "
+        "referenced ones), rebuild FAISS (switching its type when the corpus has crossed the thresholds) and "
+        "VACUUM the metadata store. Each step is crash-safe: an interrupted compaction leaves a valid index, "
+        "and running it again finishes the work. Search answers stay the same; reload a running API after "
+        "it (SIGHUP or POST /admin/reload-index).",
+    )
+    _index_arg(p)
+    _exact_max_arg(p)
+    p.set_defaults(_run=run_compact)
     p = sub.add_parser("stats", help="counts, sizes, settings and failure reasons of an index")
     _index_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -396,7 +423,7 @@ def run_build(args) -> int:
         num_think_tokens=head.config.num_think_tokens if head is not None else None,
         max_evidence=max_evidence,
         candidate_policy=candidate_policy(args.bank_per_second, args.bank_frames),
-        faiss_factory=args.faiss_factory or default_factory(len(items)),
+        faiss_factory=args.faiss_factory or default_factory(len(items), args.faiss_exact_max),
         instruction=args.instruction,
     )
     try:
@@ -525,6 +552,7 @@ def _run_builder(args, writer, loaded, items, *, factory, model: str, head_dir: 
         bank_max_frames=m.bank_max_frames,
         retry_failed=args.retry_failed,
         faiss_factory=factory,
+        faiss_exact_max=args.faiss_exact_max if args.command == "add" else None,
     )
     bar = None
     frames = 0
@@ -616,6 +644,32 @@ def run_remove(args) -> int:
     return EXIT_OK
 
 
+def run_compact(args) -> int:
+    from indexer.compaction import compact
+    from indexer.store import IndexFormatError, IndexWriter
+
+    if args.faiss_exact_max < 1:
+        return _usage("--faiss-exact-max must be at least 1")
+    try:
+        writer = IndexWriter.open(args.index)
+    except IndexFormatError as exc:
+        return _usage(str(exc))
+    try:
+        with writer:
+            report = compact(writer, exact_max=args.faiss_exact_max)
+    except (OSError, sqlite3.DatabaseError) as exc:
+        from core.errors import summarize
+
+        print(
+            f"indexer: error: could not compact the index: {summarize(exc)}. The index is valid; fix the cause "
+            "and run the same command again to finish.",
+            file=sys.stderr,
+        )
+        return EXIT_IO
+    print(report.summary())
+    return EXIT_OK
+
+
 def run_stats(args) -> int:
     from indexer.maintenance import index_stats
     from indexer.store import IndexFormatError, IndexReader
@@ -674,7 +728,7 @@ def run_verify(args) -> int:
 def _check_numbers(args, *, build: bool) -> str | None:
     """Positive numbers for every count flag the command has (``add`` reads K, L, M and the frame
     bank from the index, so it has only the throughput flags)."""
-    names = ["batch_videos", "clip_batch", "image_batch", "workers"]
+    names = ["batch_videos", "clip_batch", "image_batch", "workers", "faiss_exact_max"]
     if build:
         names = ["frames", "clip_len", "bank_frames", *names]
     for name in names:
