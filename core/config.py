@@ -56,6 +56,7 @@ def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK
 FAISS_EXACT_MAX_VECTORS = 50_000
 FAISS_EXACT_FACTORY = "IDMap2,Flat"
 FAISS_ANN_FACTORY = "IDMap2,HNSW32,Flat"
+FAISS_HNSW_EF_SEARCH = 128  # HNSW search breadth (at least the k asked for); FAISS's default is 16
 
 
 # -- stage 2 --------------------------------------------------------------------------------------

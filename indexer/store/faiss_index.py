@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import FAISS_ANN_FACTORY, FAISS_EXACT_FACTORY, FAISS_EXACT_MAX_VECTORS
+from core.config import FAISS_ANN_FACTORY, FAISS_EXACT_FACTORY, FAISS_EXACT_MAX_VECTORS, FAISS_HNSW_EF_SEARCH
 from indexer.store.format import IndexFormatError
 
 logger = logging.getLogger(__name__)
@@ -119,19 +119,28 @@ def remove_ids(index, fids: np.ndarray) -> None:
     index.remove_ids(faiss.IDSelectorBatch(np.asarray(fids, dtype=np.int64)))
 
 
-def search_params(*, allowed_fids: np.ndarray | None, nlist: int):
+def is_hnsw(index) -> bool:
+    """True when ``index`` (IDMap2-wrapped or not) is an HNSW graph."""
+    import faiss
+
+    inner = faiss.downcast_index(index.index if hasattr(index, "id_map") else index)
+    return isinstance(inner, faiss.IndexHNSW)
+
+
+def search_params(*, allowed_fids: np.ndarray | None, nlist: int, hnsw: bool = False, k: int = 0):
     """(parameters, selector) for one FAISS search: an id selector for filtered search, nprobe for IVF
-    indexes. The caller keeps the selector referenced until the search returns."""
+    indexes, efSearch for HNSW (at least ``k``; FAISS's default of 16 lost a quarter of the top 10 at
+    100k vectors, benchmarks/bench_faiss_types.py). The caller keeps the selector referenced until the
+    search returns."""
     import faiss
 
     nprobe = max(1, min(64, nlist // 8))
     sel = faiss.IDSelectorBatch(allowed_fids) if allowed_fids is not None else None
+    extra = {} if sel is None else {"sel": sel}
     if nlist > 0:
-        params = (
-            faiss.SearchParametersIVF(nprobe=nprobe)
-            if sel is None
-            else faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)
-        )
+        params = faiss.SearchParametersIVF(nprobe=nprobe, **extra)
+    elif hnsw:
+        params = faiss.SearchParametersHNSW(efSearch=max(FAISS_HNSW_EF_SEARCH, k), **extra)
     else:
         params = None if sel is None else faiss.SearchParameters(sel=sel)
     return params, sel

@@ -88,6 +88,7 @@ class IndexReader:
             self._db.close()
             raise
         self._nlist = fx.ivf_nlist(self._index)
+        self._hnsw = fx.is_hnsw(self._index)
         # stage 1 on a GPU copy when asked for and possible (faiss_device: auto, cpu, gpu)
         self._gpu, self._faiss_device = fx.gpu_search_for(self._index, faiss_device)
 
@@ -138,8 +139,10 @@ class IndexReader:
             )
             if len(allowed_fids) == 0:
                 return [[] for _ in q]
-        params, selector = fx.search_params(allowed_fids=allowed_fids, nlist=self._nlist)
         fetch = min(k + 8, self._index.ntotal)  # a few spare slots for ids removed since the checkpoint
+        params, selector = fx.search_params(
+            allowed_fids=allowed_fids, nlist=self._nlist, hnsw=self._hnsw, k=fetch
+        )
         if self._gpu is not None and allowed_fids is None:
             scores, labels = self._gpu.search(q, fetch)
         else:

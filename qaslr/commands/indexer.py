@@ -21,8 +21,9 @@ resumes the same way.
 Exit status: 0 success (videos that could not be indexed are recorded, see `indexer stats`); 1 with
 --fail-on-error when any video failed, when `verify` finds problems, or when `remove` is given unknown
 ids; 2 usage errors (bad SOURCE, model not found, settings that do not match the index); 3 the index
-could not be written (disk full, permissions): committed videos are kept; 130 interrupted (Ctrl-C);
-143 stopped by SIGTERM: committed videos are kept, run the same command again to resume.
+could not be written (disk full, permissions): committed videos are kept; 4 the Ray job failed
+(--backend ray): committed videos are kept; 130 interrupted (Ctrl-C); 143 stopped by SIGTERM:
+committed videos are kept, run the same command again to resume.
 """
 
 from __future__ import annotations
