@@ -595,19 +595,9 @@ def _run_builder(args, writer, loaded, items, *, factory, model: str, head_dir: 
     except (OSError, sqlite3.DatabaseError) as exc:
         from core.errors import summarize
 
-        print(
-            f"indexer: error: could not write the index: {summarize(exc)}. Committed videos are kept; fix the "
-            "cause and run the same command again to resume.",
-            file=sys.stderr,
-        )
-        return EXIT_IO
+        return _fail(EXIT_IO, f"could not write the index: {summarize(exc)}. {_RESUME}")
     except RayBuildError as exc:
-        print(
-            f"indexer: error: the Ray job failed: {exc}. Committed videos are kept; fix the cause and run the "
-            "same command again to resume.",
-            file=sys.stderr,
-        )
-        return EXIT_BACKEND
+        return _fail(EXIT_BACKEND, f"the Ray job failed: {exc}. {_RESUME}")
     finally:
         if source is not None:
             source.disconnect()
@@ -661,12 +651,11 @@ def run_compact(args) -> int:
     except (OSError, sqlite3.DatabaseError) as exc:
         from core.errors import summarize
 
-        print(
-            f"indexer: error: could not compact the index: {summarize(exc)}. The index is valid; fix the cause "
-            "and run the same command again to finish.",
-            file=sys.stderr,
+        return _fail(
+            EXIT_IO,
+            f"could not compact the index: {summarize(exc)}. The index is valid; fix the cause and run the "
+            "same command again to finish.",
         )
-        return EXIT_IO
     print(report.summary())
     return EXIT_OK
 
@@ -745,9 +734,16 @@ def _check_numbers(args, *, build: bool) -> str | None:
     return None
 
 
-def _usage(message: str) -> int:
+_RESUME = "Committed videos are kept; fix the cause and run the same command again to resume."
+
+
+def _fail(code: int, message: str) -> int:
     print(f"indexer: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return code
+
+
+def _usage(message: str) -> int:
+    return _fail(EXIT_USAGE, message)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import pytest
 from indexer.maintenance import verify_index
 from indexer.store import IndexReader
 from qaslr.commands.indexer import main
-from tests.indexer.test_build import BAD, GOOD, write_corpus
+from tests.indexer.test_build import BAD, GOOD, _snapshot, write_corpus
 
 REQUIRED = os.environ.get("QASLR_REQUIRE_RAY") == "1"
 ARGS = ["--frames", "8", "--clip-len", "4", "--batch-videos", "1", "--no-progress"]
@@ -95,20 +95,13 @@ def _cluster_script(ray: Path, port: int, temp: str, builds: list[list[str]]) ->
 
 
 def _records(directory: Path) -> dict:
-    with IndexReader(directory) as r:
-        out = {}
-        for v in r.videos(status=None):
-            item = {"faiss_id": v.faiss_id, "status": v.status, "error": v.error, "num_frames": v.num_frames}
-            if v.status == "indexed":
-                bank = r.frame_bank(v.id)
-                item.update(
-                    embedding=r.embedding(v.id),
-                    bank_indices=bank.frame_indices.tolist(),
-                    bank=np.asarray(bank.embeddings, dtype=np.float32),
-                )
-            out[v.id] = item
-        manifest = {k: v for k, v in vars(r.manifest).items() if k != "built_at"}
-        return {"videos": out, "manifest": manifest}
+    """test_build's snapshot, with embeddings and frame banks as arrays (compared within tolerance)."""
+    videos, manifest, _ = _snapshot(directory)
+    for item in videos.values():
+        if item["status"] == "indexed":
+            item["embedding"] = np.frombuffer(item["embedding"], dtype=np.float32)
+            item["bank"] = np.frombuffer(item["bank"], dtype=np.float16).astype(np.float32)
+    return {"videos": videos, "manifest": manifest}
 
 
 def test_ray_cluster_build_equals_local_and_survives_a_killed_worker(
