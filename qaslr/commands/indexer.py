@@ -724,6 +724,14 @@ def _check_numbers(args, *, build: bool) -> str | None:
     for name in names:
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    if args.backend != "ray" and (
+        args.address or args.ray_embedders or args.ray_gpus_per_embedder is not None
+    ):
+        return "--address, --ray-embedders and --ray-gpus-per-embedder need --backend ray"
+    if args.ray_embedders is not None and args.ray_embedders < 1:
+        return "--ray-embedders must be at least 1"
+    if args.ray_gpus_per_embedder is not None and not args.ray_gpus_per_embedder >= 0:
+        return "--ray-gpus-per-embedder must be 0 or more"
     if build:
         if args.max_evidence is not None and args.max_evidence < 1:
             return "--max-evidence must be at least 1"

@@ -207,3 +207,36 @@ def test_local_build_never_imports_ray(tmp_path, tiny_checkpoint, sample_videos)
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_batches_reach_the_writer_once_each_in_plan_order():
+    """Rows of a Ray job can come out of order, or twice (a retried task whose first result also got
+    through): the driver hands each planned batch to the writer once, in plan order; a batch that
+    never comes is an error, not a silent gap."""
+    import pickle
+
+    from indexer.distributed import in_plan_order
+    from indexer.pipeline import BatchResult, BuildStats
+
+    def row(i):
+        return {"batch": i, "result": pickle.dumps(BatchResult([], BuildStats(indexed=i), frames=i))}
+
+    arrived = [row(i) for i in (2, 0, 0, 1, 2, 4, 3, 1)]
+    assert [r.frames for r in in_plan_order(arrived, 5)] == [0, 1, 2, 3, 4]
+    with pytest.raises(RuntimeError, match="batch 1 of 3 missing"):
+        list(in_plan_order([row(0), row(2)], 3))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--address", "127.0.0.1:6390"], "need --backend ray"),
+        (["--backend", "ray", "--ray-embedders", "0"], "--ray-embedders must be at least 1"),
+        (["--backend", "ray", "--ray-gpus-per-embedder", "-1"], "--ray-gpus-per-embedder must be 0 or more"),
+    ],
+)
+def test_ray_flags_are_checked_before_anything_runs(flags, message, tmp_path, sample_videos, capsys):
+    index = tmp_path / "idx"
+    assert main(["build", str(sample_videos), "--index", str(index), *ARGS, *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not index.exists()
