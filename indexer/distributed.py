@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -43,6 +44,7 @@ from indexer.store.format import Manifest
 
 logger = logging.getLogger(__name__)
 
+DECODE_RETRIES = 3  # runs of a decode task after its worker process died
 INSTALL_HINT = "the Ray backend needs Ray Data: pip install 'qaslr-search[ray]' (or .[ray] from a checkout)"
 
 
@@ -206,12 +208,17 @@ class RayBatchSource:
         # each decode task reserves the memory its batch's pixels can take at most, so that Ray does
         # not crowd a node with more decoded batches than it can hold; the reservation also keeps Ray
         # from fusing decoding into the embedding actors (fused ops must ask for the same resources),
-        # so decoding stays on every node's CPUs. Ray retries a task whose worker died (3 times).
-        ds = ds.map(
-            partial(_decode_batch, decode_kwargs=self.builder.decode_kwargs()),
-            num_cpus=1,
-            memory=self.decoded_bytes_bound(),
-        )
+        # so decoding stays on every node's CPUs. A task whose worker died runs again, DECODE_RETRIES
+        # times at most (Ray Data's default is without end: a video that kills its decoder every time
+        # would stall the build); then the job fails, committed batches kept.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # max_retries has no named parameter (2.60)
+            ds = ds.map(
+                partial(_decode_batch, decode_kwargs=self.builder.decode_kwargs()),
+                num_cpus=1,
+                memory=self.decoded_bytes_bound(),
+                max_retries=DECODE_RETRIES,
+            )
         ds = ds.map(
             EmbedBatches,
             fn_constructor_kwargs={"manifest": self.builder.writer.manifest, "spec": self.spec},
