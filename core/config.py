@@ -49,6 +49,16 @@ def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK
     return {"per_second": float(per_second), "max_frames": int(max_frames)}
 
 
+# -- stage 1: which FAISS index an index gets by its size ------------------------------------------
+# Exact search (Flat) up to this many videos, HNSW beyond (no training, so adds keep working). `indexer
+# build` chooses by the source's size, `indexer add` and `indexer compact` switch when the corpus
+# crosses it. Chosen from benchmarks/bench_faiss_types.py (docs/architecture.md, "FAISS index types").
+FAISS_EXACT_MAX_VECTORS = 50_000
+FAISS_EXACT_FACTORY = "IDMap2,Flat"
+FAISS_ANN_FACTORY = "IDMap2,HNSW32,Flat"
+FAISS_HNSW_EF_SEARCH = 128  # HNSW search breadth (at least the k asked for); FAISS's default is 16
+
+
 # -- stage 2 --------------------------------------------------------------------------------------
 QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores' spread (models.selection)
 # One-shot stage 2: where the query text goes in the backbone prompt. Chosen by measurement

@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +35,7 @@ import numpy as np
 from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
 from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
+from indexer.store.faiss_index import automatic_switch
 from indexer.video import (
     VideoError,
     VideoInfo,
@@ -114,6 +115,9 @@ class BuildOptions:
     retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
     checkpoint_every_s: float = 30.0  # FAISS checkpoint interval (SQLite holds every commit anyway)
     faiss_factory: str | None = None  # final FAISS factory (None: keep the manifest's)
+    # with no faiss_factory: switch an automatically chosen FAISS type when the corpus has crossed this
+    # size (None: never switch; `indexer add` passes core.config.FAISS_EXACT_MAX_VECTORS)
+    faiss_exact_max: int | None = None
 
 
 @dataclass
@@ -131,6 +135,17 @@ class BuildStats:
     wall_s: float = 0.0
     failures: list = field(default_factory=list)  # (id, reason)
     stopped: bool = False  # asked to stop (should_stop) before every batch was done
+    faiss_switched_from: str | None = None  # the FAISS type the index had before this run switched it
+
+    def merge(self, part: BuildStats) -> None:
+        """Add what one batch processed elsewhere (a Ray actor) counted: videos, frames, model time."""
+        self.indexed += part.indexed
+        self.failed += part.failed
+        self.frames_decoded += part.frames_decoded
+        self.frames_encoded += part.frames_encoded
+        self.failures.extend(part.failures)
+        for key in ("decode", "encode", "bank"):
+            self.seconds[key] += part.seconds[key]
 
     def summary(self) -> str:
         s = self.seconds
@@ -146,6 +161,10 @@ class BuildStats:
         if self.wall_s > 0 and self.indexed:
             lines.append(
                 f"throughput: {self.indexed / self.wall_s:.2f} videos/s, {self.frames_decoded / self.wall_s:.1f} frames/s"
+            )
+        if self.faiss_switched_from:
+            lines.append(
+                f"FAISS: switched from {self.faiss_switched_from} (the corpus crossed the thresholds)"
             )
         for vid, reason in self.failures[:20]:
             lines.append(f"  failed: {vid}: {reason}")
@@ -211,16 +230,51 @@ def plan_batches(items: Sequence[SourceItem], done: set[str], batch_videos: int)
 
 
 class Builder:
-    """Runs the build for one writer with one encoder (see the module docstring)."""
+    """Runs the build for one writer (see the module docstring): plans the batches, gets each batch's
+    entries from a batch source (the local decode pool and encoder, or :mod:`indexer.distributed`'s
+    Ray Data pipeline) in plan order, and commits them through the one writer."""
 
-    def __init__(self, writer: IndexWriter, encoder, *, options: BuildOptions = BuildOptions()):
+    def __init__(self, writer: IndexWriter, encoder=None, *, options: BuildOptions = BuildOptions()):
         self.writer = writer
-        self.encoder = encoder
-        self.backbone = encoder.backbone
+        self.encoder = encoder  # None when a remote batch source embeds (Ray)
         self.options = options
         m = writer.manifest
-        if m.embed_dim != encoder.embed_dim:
+        if encoder is not None and m.embed_dim != encoder.embed_dim:
             raise ValueError(f"index has embed_dim {m.embed_dim}, encoder embeds to {encoder.embed_dim}")
+
+    def decode_kwargs(self) -> dict:
+        """What :func:`decode_video` needs besides the item; picklable (it travels to Ray tasks)."""
+        from functools import partial
+
+        from models.backbone import working_size
+
+        m = self.writer.manifest
+        return dict(
+            frame_shape=partial(working_size, frame_size=m.frame_size),
+            max_frames=m.max_frames,
+            bank_per_second=self.options.bank_per_second,
+            bank_max=self.options.bank_max_frames,
+        )
+
+    def plan(self, items: Sequence[SourceItem], stats: BuildStats) -> list[list[SourceItem]]:
+        """The batches still to run: the source minus what the index already holds (unchanged files;
+        failed ones too unless ``retry_failed``); counts the skipped videos in ``stats``."""
+        finished = self.writer.finished()
+        done = set()
+        for it in items:
+            prev = finished.get(it.id)
+            if prev is None:
+                continue
+            fingerprint, status, stat = prev
+            if status == "failed" and self.options.retry_failed:
+                continue
+            if _unchanged(it.path, fingerprint, stat):
+                done.add(it.id)
+                stats.failed_before += status == "failed"
+            else:
+                logger.info("%s changed on disk since it was indexed; re-indexing it", it.id)
+        stats.skipped = len(done)
+        return plan_batches(items, done, max(1, self.options.batch_videos))
 
     def run(
         self,
@@ -230,44 +284,78 @@ class Builder:
         on_plan: Callable[[int], None] | None = None,
         on_commit: Callable[[int], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        batch_source: Callable[[list[list[SourceItem]]], Iterator[BatchResult]] | None = None,
     ) -> BuildStats:
         """Index every item not yet in the index. ``progress(videos, frames)`` after each batch;
         ``on_plan(n_pending)`` once the work is known; ``on_commit(n_batches_committed)`` right after
         each batch's commit (tests inject faults there); ``should_stop()`` is asked before each batch,
-        and a true answer ends the build cleanly (``stats.stopped``) with everything committed kept."""
+        and a true answer ends the build cleanly (``stats.stopped``) with everything committed kept.
+        ``batch_source(batches)`` yields one :class:`BatchResult` per planned batch, in plan order
+        (default: :meth:`local_batches`)."""
         opts = self.options
         stats = BuildStats(total=len(items))
-        stats.seconds["workers"] = opts.workers
         wall = time.perf_counter()
-        finished = self.writer.finished()
-        done = set()
-        for it in items:
-            prev = finished.get(it.id)
-            if prev is None:
-                continue
-            fingerprint, status, stat = prev
-            if status == "failed" and opts.retry_failed:
-                continue
-            if _unchanged(it.path, fingerprint, stat):
-                done.add(it.id)
-                stats.failed_before += status == "failed"
-            else:
-                logger.info("%s changed on disk since it was indexed; re-indexing it", it.id)
-        stats.skipped = len(done)
-        batches = plan_batches(items, done, max(1, opts.batch_videos))
-        pending = sum(len(b) for b in batches)
+        batches = self.plan(items, stats)
         if on_plan:
-            on_plan(pending)
+            on_plan(sum(len(b) for b in batches))
         last_checkpoint = time.perf_counter()
         checkpoint_every = opts.checkpoint_every_s
         committed = 0
+        stats.seconds["workers"] = opts.workers
+        stop = should_stop or (lambda: False)
+        results = (batch_source or self.local_batches)(batches)
+        try:
+            for result in [] if batches and stop() else results:
+                stats.merge(result.stats)
+                stats.seconds["decode_wait"] += result.waited_s
+                t = time.perf_counter()
+                self.writer.commit(result.entries)
+                if time.perf_counter() - last_checkpoint > checkpoint_every:
+                    c = time.perf_counter()
+                    self.writer.checkpoint()
+                    last_checkpoint = time.perf_counter()
+                    # big indexes take long to serialise: keep checkpoints under ~10% of the time
+                    checkpoint_every = max(opts.checkpoint_every_s, 10 * (last_checkpoint - c))
+                stats.seconds["write"] += time.perf_counter() - t
+                committed += 1
+                if on_commit is not None:
+                    on_commit(committed)
+                if progress:
+                    progress(len(result.entries), result.frames)
+                if committed < len(batches) and stop():
+                    break
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()  # a generator's finally: cancels the decode pool, ends the Ray job
+        if committed < len(batches):
+            stats.stopped = True
+            logger.warning("stop requested: ending the build after %d batch(es)", committed)
+        t = time.perf_counter()
+        if not stats.stopped:  # a stopped build is finalized by the run that completes it
+            factory = opts.faiss_factory
+            if factory is None and opts.faiss_exact_max is not None:
+                factory = automatic_switch(
+                    self.writer.manifest.faiss_factory, self.writer.counts()["indexed"], opts.faiss_exact_max
+                )
+                if factory:
+                    logger.info("the corpus crossed the FAISS thresholds: switching the index to %s", factory)
+                    stats.faiss_switched_from = self.writer.manifest.faiss_factory
+            self.writer.finalize(factory=factory)
+        stats.seconds["write"] += time.perf_counter() - t
+        stats.wall_s = time.perf_counter() - wall
+        return stats
 
-        decode_kwargs = dict(
-            frame_shape=self.backbone.frame_shape,
-            max_frames=self.writer.manifest.max_frames,
-            bank_per_second=opts.bank_per_second,
-            bank_max=opts.bank_max_frames,
+    def local_batches(self, batches: list[list[SourceItem]]) -> Iterator[BatchResult]:
+        """This process: a thread pool decodes ``prefetch_batches`` ahead of the model, which encodes
+        each batch here."""
+        if self.encoder is None:
+            raise ValueError("a local build needs an encoder")
+        opts = self.options
+        batch_encoder = BatchEncoder(
+            self.encoder, embed_dim=self.writer.manifest.embed_dim, image_batch=opts.image_batch
         )
+        decode_kwargs = self.decode_kwargs()
         with ThreadPoolExecutor(max_workers=max(1, opts.workers), thread_name_prefix="decode") as pool:
             queue: deque[list[Future]] = deque()
             next_batch = 0
@@ -283,44 +371,44 @@ class Builder:
             fill()
             try:
                 while queue:
-                    if should_stop is not None and should_stop():
-                        stats.stopped = True
-                        logger.warning("stop requested: ending the build after %d batch(es)", committed)
-                        break
                     futures = queue.popleft()
                     t = time.perf_counter()
                     decoded = [f.result() for f in futures]
-                    stats.seconds["decode_wait"] += time.perf_counter() - t
+                    waited = time.perf_counter() - t
                     fill()  # keep the pool busy while the model works on this batch
-                    stats.seconds["decode"] += sum(d.seconds for d in decoded)
-                    entries = self._process(decoded, stats)
-                    t = time.perf_counter()
-                    self.writer.commit(entries)
-                    if time.perf_counter() - last_checkpoint > checkpoint_every:
-                        c = time.perf_counter()
-                        self.writer.checkpoint()
-                        last_checkpoint = time.perf_counter()
-                        # big indexes take long to serialise: keep checkpoints under ~10% of the time
-                        checkpoint_every = max(opts.checkpoint_every_s, 10 * (last_checkpoint - c))
-                    stats.seconds["write"] += time.perf_counter() - t
-                    committed += 1
-                    if on_commit is not None:
-                        on_commit(committed)
-                    if progress:
-                        progress(len(decoded), sum(len(d.union) for d in decoded if d.union is not None))
+                    part = BuildStats()
+                    part.seconds["decode"] += sum(d.seconds for d in decoded)
+                    frames = sum(len(d.union) for d in decoded if d.union is not None)
+                    entries = batch_encoder.process(decoded, part)
+                    yield BatchResult(entries, part, frames, waited)
             finally:
                 for futures in queue:
                     for f in futures:
                         f.cancel()
-        t = time.perf_counter()
-        if not stats.stopped:  # a stopped build is finalized by the run that completes it
-            self.writer.finalize(factory=opts.faiss_factory)
-        stats.seconds["write"] += time.perf_counter() - t
-        stats.wall_s = time.perf_counter() - wall
-        return stats
 
-    # -- one batch ---------------------------------------------------------------------------------
-    def _process(self, decoded: list[Decoded], stats: BuildStats) -> list[Entry]:
+
+@dataclass
+class BatchResult:
+    """One planned batch, embedded: its entries (in source order) and what processing it counted."""
+
+    entries: list[Entry]
+    stats: BuildStats
+    frames: int = 0  # frames decoded, for the progress bar
+    waited_s: float = 0.0  # how long the model waited for this batch's decoding
+
+
+class BatchEncoder:
+    """Decoded videos -> index entries with one encoder: the final embeddings (clips of a batch share
+    backbone calls) and the frame-bank embeddings. The same code runs in a local build and in each
+    Ray embedding actor, so both backends embed a batch identically."""
+
+    def __init__(self, encoder, *, embed_dim: int, image_batch: int):
+        self.encoder = encoder
+        self.backbone = encoder.backbone
+        self.embed_dim = embed_dim
+        self.image_batch = image_batch
+
+    def process(self, decoded: list[Decoded], stats: BuildStats) -> list[Entry]:
         from models.backbone import VideoClip
 
         ok = [d for d in decoded if d.error is None]
@@ -339,7 +427,6 @@ class Builder:
         t = time.perf_counter()
         banks = self._guarded([d for d in ok if d.error is None], self._embed_banks)
         stats.seconds["bank"] += time.perf_counter() - t
-
         entries = []
         for d in decoded:
             info = d.info
@@ -380,8 +467,8 @@ class Builder:
     def _embed_banks(self, group: list[Decoded]) -> list[np.ndarray]:
         """Candidate frames of all videos in the group, embedded as images in shared batches."""
         frames = [f for d in group for f in d.frames[d.candidates]]  # sum C frames [h_v, w_v, 3]
-        out = np.empty((len(frames), self.writer.manifest.embed_dim), dtype=np.float16)
-        step = max(1, self.options.image_batch)
+        out = np.empty((len(frames), self.embed_dim), dtype=np.float16)
+        step = max(1, self.image_batch)
         for s in range(0, len(frames), step):
             out[s : s + step] = self.backbone.embed_images(frames[s : s + step]).float().cpu().numpy()
         bounds = np.cumsum([0] + [len(d.candidates) for d in group])

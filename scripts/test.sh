@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on a fresh machine: installs the project, makes sure a Redis server
-# answers on 127.0.0.1:6379 (starts one if not) and Chromium with its chromedriver are installed,
-# lints, then runs pytest.
+# Runs the whole test suite on a fresh machine: installs the project (with the Ray extra), makes sure
+# a Redis server answers on 127.0.0.1:6379 (starts one if not), Chromium with its chromedriver and
+# the network-namespace tools the Ray test uses are installed, lints, then runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,5 +21,11 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null
 fi
 export QASLR_REQUIRE_BROWSER=${QASLR_REQUIRE_BROWSER:-1}
+# the Ray backend's test runs a two-node Ray cluster inside a loopback-only network namespace
+# (unshare from util-linux, ip from iproute2); here it must run instead of skipping
+if ! command -v ip >/dev/null 2>&1 || ! command -v unshare >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq iproute2 util-linux) >/dev/null
+fi
+export QASLR_REQUIRE_RAY=${QASLR_REQUIRE_RAY:-1}
 .venv/bin/ruff check .
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q "$@"

@@ -56,7 +56,7 @@ class Engine:
         from indexer.store import IndexReader
 
         path = Path(directory or self.settings.index).resolve()
-        new_index = IndexReader(path)
+        new_index = IndexReader(path, faiss_device=self.settings.faiss_device)
         try:
             m = new_index.manifest
             backbone = self.encoder.backbone
@@ -77,7 +77,9 @@ class Engine:
         old_searcher, old_index = self.searcher, self.index
         # new searches see the new index from this assignment on
         self.encoder, self.index, self.searcher = encoder, new_index, searcher
-        self.info.update(index=path.name, index_built_at=m.built_at, videos=len(new_index))
+        self.info.update(
+            index=path.name, index_built_at=m.built_at, videos=len(new_index), faiss=new_index.faiss_info()
+        )
         logger.info("index swapped to %s (%d videos)", path.name, len(new_index))
 
         def retire():
@@ -191,7 +193,7 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         raise ConfigurationError(
             "no index configured: set QASLR_INDEX or pass --index DIR (built by `indexer build`)"
         )
-    index = IndexReader(Path(settings.index))
+    index = IndexReader(Path(settings.index), faiss_device=settings.faiss_device)
     try:
         m = index.manifest
         loaded = load_model_for_index(
@@ -225,6 +227,7 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         "device": str(backbone.device),
         "dtype": str(backbone.dtype).removeprefix("torch."),
         "videos": len(index),
+        "faiss": index.faiss_info(),
         "embed_dim": m.embed_dim,
         "frame_size": backbone.frame_size,
         "cache": cache.backend,

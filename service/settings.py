@@ -112,6 +112,11 @@ class Settings(BaseSettings):
         8, ge=1, description="clips per backbone forward pass (shared by candidates)"
     )
     frame_size: int | None = Field(None, description="override the working resolution (default: the index's)")
+    faiss_device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto",
+        description="where stage 1 (FAISS) runs: auto = a GPU when faiss-gpu is installed and sees one (Flat and "
+        "IVF indexes; HNSW and filtered searches stay on the CPU), else the CPU; /readyz says which",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

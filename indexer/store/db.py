@@ -284,3 +284,32 @@ class MetadataStore:
         """Point a video at another source file (used when files move)."""
         with self.conn:
             self.conn.execute("UPDATE videos SET path = ? WHERE id = ?", (path, video_id))
+
+    # -- compaction ------------------------------------------------------------------------------
+    def bank_usage(self) -> dict[str, list[tuple[str, int, int]]]:
+        """bank file -> the (id, first row, row count) of every video that references it, by row."""
+        out: dict[str, list[tuple[str, int, int]]] = {}
+        rows = self.conn.execute(
+            "SELECT id, bank_file, bank_offset, bank_count FROM videos WHERE bank_file IS NOT NULL "
+            "ORDER BY bank_file, bank_offset"
+        )
+        for r in rows:
+            out.setdefault(r["bank_file"], []).append((r["id"], int(r["bank_offset"]), int(r["bank_count"])))
+        return out
+
+    def move_banks(self, moves: Sequence[tuple[str, str, int]], state: dict[str, int]) -> None:
+        """One transaction: point each (id, bank file, first row) at its new frame-bank location and
+        set the ``state`` counters (the commit point of a compaction step)."""
+        with self.conn:
+            self.conn.executemany(
+                "UPDATE videos SET bank_file = ?, bank_offset = ? WHERE id = ?",
+                [(file, offset, vid) for vid, file, offset in moves],
+            )
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)",
+                [(k, str(v)) for k, v in state.items()],
+            )
+
+    def vacuum(self) -> None:
+        """Rewrite the database file without its free pages (SQLite's VACUUM is atomic)."""
+        self.conn.execute("VACUUM")

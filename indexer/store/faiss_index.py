@@ -8,14 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
+from core.config import FAISS_ANN_FACTORY, FAISS_EXACT_FACTORY, FAISS_EXACT_MAX_VECTORS, FAISS_HNSW_EF_SEARCH
 from indexer.store.format import IndexFormatError
 
 logger = logging.getLogger(__name__)
 
-# Default FAISS choice by corpus size: exact search while it is cheap, HNSW beyond (no training, so
-# incremental adds keep working). Any factory string can be forced with --faiss-factory.
-EXACT_MAX_VECTORS = 50_000
-EXACT_FACTORY = "IDMap2,Flat"
+# Default FAISS choice by corpus size (core.config): exact search while it is cheap, HNSW beyond (no
+# training, so incremental adds keep working). Any factory string can be forced with --faiss-factory.
+EXACT_MAX_VECTORS = FAISS_EXACT_MAX_VECTORS
+EXACT_FACTORY = FAISS_EXACT_FACTORY
+AUTOMATIC_FACTORIES = (FAISS_EXACT_FACTORY, FAISS_ANN_FACTORY)
 
 
 def normalize_factory(factory: str) -> str:
@@ -23,8 +25,18 @@ def normalize_factory(factory: str) -> str:
     return factory if factory.upper().startswith("IDMAP") else f"IDMap2,{factory}"
 
 
-def default_factory(num_vectors: int) -> str:
-    return EXACT_FACTORY if num_vectors <= EXACT_MAX_VECTORS else "IDMap2,HNSW32,Flat"
+def default_factory(num_vectors: int, exact_max: int = FAISS_EXACT_MAX_VECTORS) -> str:
+    return EXACT_FACTORY if num_vectors <= exact_max else FAISS_ANN_FACTORY
+
+
+def automatic_switch(current: str, num_vectors: int, exact_max: int = FAISS_EXACT_MAX_VECTORS) -> str | None:
+    """The factory an index of ``num_vectors`` should switch to, or None: when it already has it, or when
+    its factory is not one of the automatic choices (one forced with --faiss-factory stays)."""
+    current = normalize_factory(current)
+    if current not in AUTOMATIC_FACTORIES:
+        return None
+    wanted = default_factory(num_vectors, exact_max)
+    return None if wanted == current else wanted
 
 
 def needs_training(factory: str, dim: int) -> bool:
@@ -57,7 +69,8 @@ def make_faiss_index(factory: str, dim: int, embeddings: np.ndarray, ids: np.nda
             if len(train) > nlist * 256:  # FAISS's own cap on useful training points; fixed seed
                 pick = np.sort(np.random.default_rng(0).choice(len(train), nlist * 256, replace=False))
                 train = train[pick]
-            index.train(train)
+            if not train_on_gpu(index, train):  # GPU k-means when faiss-gpu sees a GPU
+                index.train(train)
     if len(embeddings):
         index.add_with_ids(np.ascontiguousarray(embeddings, dtype=np.float32), ids.astype(np.int64))
     return index, factory
@@ -106,19 +119,114 @@ def remove_ids(index, fids: np.ndarray) -> None:
     index.remove_ids(faiss.IDSelectorBatch(np.asarray(fids, dtype=np.int64)))
 
 
-def search_params(*, allowed_fids: np.ndarray | None, nlist: int):
+def is_hnsw(index) -> bool:
+    """True when ``index`` (IDMap2-wrapped or not) is an HNSW graph."""
+    import faiss
+
+    inner = faiss.downcast_index(index.index if hasattr(index, "id_map") else index)
+    return isinstance(inner, faiss.IndexHNSW)
+
+
+def search_params(*, allowed_fids: np.ndarray | None, nlist: int, hnsw: bool = False, k: int = 0):
     """(parameters, selector) for one FAISS search: an id selector for filtered search, nprobe for IVF
-    indexes. The caller keeps the selector referenced until the search returns."""
+    indexes, efSearch for HNSW (at least ``k``; FAISS's default of 16 lost a quarter of the top 10 at
+    100k vectors, benchmarks/bench_faiss_types.py). The caller keeps the selector referenced until the
+    search returns."""
     import faiss
 
     nprobe = max(1, min(64, nlist // 8))
     sel = faiss.IDSelectorBatch(allowed_fids) if allowed_fids is not None else None
+    extra = {} if sel is None else {"sel": sel}
     if nlist > 0:
-        params = (
-            faiss.SearchParametersIVF(nprobe=nprobe)
-            if sel is None
-            else faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)
-        )
+        params = faiss.SearchParametersIVF(nprobe=nprobe, **extra)
+    elif hnsw:
+        params = faiss.SearchParametersHNSW(efSearch=max(FAISS_HNSW_EF_SEARCH, k), **extra)
     else:
         params = None if sel is None else faiss.SearchParameters(sel=sel)
     return params, sel
+
+
+# -- FAISS on the GPU (faiss-gpu, the [gpu] extra) ---------------------------------------------------
+FAISS_DEVICES = ("auto", "cpu", "gpu")
+
+
+def gpu_count() -> int:
+    """GPUs FAISS can use: 0 with faiss-cpu, or when no GPU is visible."""
+    import faiss
+
+    if not hasattr(faiss, "StandardGpuResources"):
+        return 0
+    try:
+        return int(faiss.get_num_gpus())
+    except Exception:  # noqa: BLE001 - a broken CUDA runtime counts as no GPU
+        return 0
+
+
+class GpuSearch:
+    """Stage 1 on a GPU: a GPU copy of an ``IDMap2`` index's inner index (Flat or IVF; HNSW has no GPU
+    version) with the id map kept here. Only unfiltered searches use it: an id selector (a metadata
+    filter) runs on the CPU index, which stays loaded."""
+
+    def __init__(self, index, device: int = 0):
+        import faiss
+
+        self.resources = faiss.StandardGpuResources()
+        inner = faiss.downcast_index(index.index)
+        self.gpu = faiss.index_cpu_to_gpu(self.resources, device, inner)
+        nlist = ivf_nlist(index)
+        if nlist:
+            self.gpu.nprobe = max(1, min(64, nlist // 8))  # as search_params chooses on the CPU
+        self.id_map = faiss.vector_to_array(index.id_map).astype(np.int64)
+
+    def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, positions = self.gpu.search(q, k)
+        labels = np.where(positions >= 0, self.id_map[np.clip(positions, 0, None)], -1)
+        return scores, labels
+
+
+def gpu_search_for(index, setting: str) -> tuple[GpuSearch | None, str]:
+    """(a GPU searcher or None, a sentence saying which device serves stage 1 and why) for ``setting``
+    (auto: the GPU when faiss-gpu sees one; cpu; gpu: the GPU, else the CPU with a warning)."""
+    if setting not in FAISS_DEVICES:
+        raise ValueError(f"FAISS device must be one of {', '.join(FAISS_DEVICES)}, got {setting!r}")
+    if setting == "cpu":
+        return None, "cpu (configured)"
+    n = gpu_count()
+    if n == 0:
+        reason = "cpu (no GPU visible to FAISS: faiss-gpu not installed or no CUDA device)"
+        if setting == "gpu":
+            logger.warning("FAISS on the GPU was asked for, but %s", reason.removeprefix("cpu "))
+        return None, reason
+    try:
+        return GpuSearch(index), f"gpu ({n} visible)"
+    except Exception as exc:  # noqa: BLE001 - e.g. HNSW, which FAISS cannot put on a GPU
+        from core.errors import summarize
+
+        logger.warning("stage 1 stays on the CPU: this FAISS index cannot go to the GPU (%s)", summarize(exc))
+        return None, "cpu (this index type has no GPU version)"
+
+
+def train_on_gpu(index, train: np.ndarray) -> bool:
+    """Train an untrained index's IVF quantizer on a GPU when one is visible (k-means is the slow part
+    of building a trained index); returns False (nothing done) otherwise, or on any GPU error."""
+    import faiss
+
+    if gpu_count() == 0:
+        return False
+    try:
+        inner = faiss.downcast_index(index.index if hasattr(index, "id_map") else index)
+        ivf = faiss.extract_index_ivf(inner)
+        clus = faiss.Clustering(ivf.d, ivf.nlist)
+        clus.seed = 0
+        gpu_quantizer = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, faiss.IndexFlatIP(ivf.d))
+        clus.train(np.ascontiguousarray(train, dtype=np.float32), gpu_quantizer)
+        centroids = faiss.vector_to_array(clus.centroids).reshape(ivf.nlist, ivf.d)
+        ivf.quantizer.reset()
+        ivf.quantizer.add(centroids)
+        index.train(train)  # the rest (e.g. PQ codebooks) on the CPU; the quantizer is already trained
+        return True
+    except Exception as exc:  # noqa: BLE001 - fall back to CPU training
+        from core.errors import summarize
+
+        logger.warning("GPU training failed (%s); training on the CPU", summarize(exc))
+        return False

@@ -34,7 +34,7 @@ class IndexReader:
     (``verify_pages``; SQLite's quick check), and the FAISS file. Anything unusable raises
     :class:`IndexFormatError` naming the file. Thread-safe."""
 
-    def __init__(self, directory: str | os.PathLike, *, verify_pages: bool = True):
+    def __init__(self, directory: str | os.PathLike, *, verify_pages: bool = True, faiss_device: str = "cpu"):
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
         meta = self.directory / METADATA
@@ -88,6 +88,17 @@ class IndexReader:
             self._db.close()
             raise
         self._nlist = fx.ivf_nlist(self._index)
+        self._hnsw = fx.is_hnsw(self._index)
+        # stage 1 on a GPU copy when asked for and possible (faiss_device: auto, cpu, gpu)
+        self._gpu, self._faiss_device = fx.gpu_search_for(self._index, faiss_device)
+
+    def faiss_info(self) -> dict:
+        """The FAISS type, its size and the device that serves unfiltered stage-1 searches (and why)."""
+        return {
+            "factory": self.manifest.faiss_factory,
+            "vectors": int(self._index.ntotal),
+            "device": self._faiss_device,
+        }
 
     def __len__(self) -> int:
         return len(self._by_faiss)
@@ -128,9 +139,14 @@ class IndexReader:
             )
             if len(allowed_fids) == 0:
                 return [[] for _ in q]
-        params, selector = fx.search_params(allowed_fids=allowed_fids, nlist=self._nlist)
         fetch = min(k + 8, self._index.ntotal)  # a few spare slots for ids removed since the checkpoint
-        scores, labels = self._index.search(q, fetch, params=params)
+        params, selector = fx.search_params(
+            allowed_fids=allowed_fids, nlist=self._nlist, hnsw=self._hnsw, k=fetch
+        )
+        if self._gpu is not None and allowed_fids is None:
+            scores, labels = self._gpu.search(q, fetch)
+        else:
+            scores, labels = self._index.search(q, fetch, params=params)
         del selector  # referenced until the search returned
         results = []
         for srow, lrow in zip(scores, labels, strict=True):

@@ -181,12 +181,13 @@ class IndexWriter:
             atomic_write(self.directory / FAISS_FILE, fx.serialize(self._index))
             self._dirty = False
 
-    def finalize(self, *, factory: str | None = None) -> None:
+    def finalize(self, *, factory: str | None = None, rebuild: bool = False) -> None:
         """End of a build: (re)build FAISS with the final factory (training if needed) from the stored
-        embeddings, write it, and the manifest."""
+        embeddings, write it, and the manifest. The new index is built in memory beside the one in
+        ``index.faiss``, which is replaced by one rename. ``rebuild``: even when the factory stays."""
         wanted = fx.normalize_factory(factory or self.manifest.faiss_factory)
         current = fx.normalize_factory(self._built_factory)
-        if wanted != current:
+        if wanted != current or rebuild:
             ids, vectors = self._stored_embeddings()
             self._index, actual = fx.make_faiss_index(wanted, self.manifest.embed_dim, vectors, ids)
             self._built_factory = actual

@@ -8,7 +8,8 @@ Examples:
   indexer build videos/ --index idx/ --embedder oneshot        # zero-shot, public backbone
   indexer build corpus.jsonl --index idx/ --head head_ckpt/    # QASLR streaming head
   indexer add more_videos/ --index idx/ --head head_ckpt/
-  indexer remove clip_001.mp4 clip_002.mp4 --index idx/
+  indexer remove clip_001.mp4 clip_002.mp4 --index idx/ ; indexer compact --index idx/
+  indexer build videos/ --index idx/ --backend ray --address 10.0.0.5:6379   # on a Ray cluster
   indexer stats --index idx/ ; indexer verify --index idx/
 
 A build that is interrupted (Ctrl-C, kill -9, power loss) resumes where it stopped when the same
@@ -20,8 +21,9 @@ resumes the same way.
 Exit status: 0 success (videos that could not be indexed are recorded, see `indexer stats`); 1 with
 --fail-on-error when any video failed, when `verify` finds problems, or when `remove` is given unknown
 ids; 2 usage errors (bad SOURCE, model not found, settings that do not match the index); 3 the index
-could not be written (disk full, permissions): committed videos are kept; 130 interrupted (Ctrl-C);
-143 stopped by SIGTERM: committed videos are kept, run the same command again to resume.
+could not be written (disk full, permissions): committed videos are kept; 4 the Ray job failed
+(--backend ray): committed videos are kept; 130 interrupted (Ctrl-C); 143 stopped by SIGTERM:
+committed videos are kept, run the same command again to resume.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from core.config import (
     DEFAULT_MAX_EVIDENCE,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MODEL_ID,
+    FAISS_EXACT_MAX_VECTORS,
     Embedder,
     candidate_policy,
 )
@@ -52,6 +55,7 @@ from core.logs import configure_logging
 logger = logging.getLogger("indexer")
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_BACKEND = 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
@@ -183,6 +187,55 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="exit with status 1 when any video failed (default: failures are recorded and the exit status is 0)",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _exact_max_arg(g)
+    g = p.add_argument_group(
+        "backend",
+        "Where decoding and embedding run. Both backends write the same index through the same writer; "
+        "the Ray backend needs `pip install .[ray]`, the project and the model on every node, and the "
+        "videos at the same paths everywhere (docs/architecture.md, 'Building on a Ray cluster')",
+    )
+    g.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="local: decode threads and the model in this process (default); ray: Ray Data, decoding as "
+        "CPU tasks and embedding in a pool of model actors, results committed here",
+    )
+    g.add_argument(
+        "--address",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --backend ray: the Ray cluster to join (e.g. 10.0.0.5:6379, or 'auto'); default: start a "
+        "Ray runtime on this machine for this build",
+    )
+    g.add_argument(
+        "--ray-embedders",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --backend ray: embedding actors, each loading the model once (default: one per GPU of the "
+        "cluster, else 1)",
+    )
+    g.add_argument(
+        "--ray-gpus-per-embedder",
+        type=float,
+        default=None,
+        metavar="G",
+        help="with --backend ray: GPUs each embedding actor reserves (default: 1 when the cluster has GPUs, "
+        "else 0)",
+    )
+
+
+def _exact_max_arg(g) -> None:
+    g.add_argument(
+        "--faiss-exact-max",
+        type=int,
+        default=FAISS_EXACT_MAX_VECTORS,
+        metavar="N",
+        help=f"exact (Flat) FAISS search up to N videos, HNSW beyond (default {FAISS_EXACT_MAX_VECTORS}, chosen by "
+        "benchmarks/bench_faiss_types.py). build chooses by the source's size; add and compact switch an index "
+        "whose type was chosen this way when its corpus crosses N (a type forced with --faiss-factory stays)",
+    )
 
 
 def add_build_arguments(p: argparse.ArgumentParser) -> None:
@@ -248,6 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="+", metavar="ID", help="video ids as shown by `indexer stats --list`")
     _index_arg(p)
     p.set_defaults(_run=run_remove)
+    p = sub.add_parser(
+        "compact",
+        help="reclaim the frame-bank, FAISS and metadata space that `remove` left behind",
+        description="Rewrite the frame-bank files that hold frames of removed videos (keeping only the "
+        "referenced ones), rebuild FAISS (switching its type when the corpus has crossed the thresholds) and "
+        "VACUUM the metadata store. Each step is crash-safe: an interrupted compaction leaves a valid index, "
+        "and running it again finishes the work. Search answers stay the same; reload a running API after "
+        "it (SIGHUP or POST /admin/reload-index).",
+    )
+    _index_arg(p)
+    _exact_max_arg(p)
+    p.set_defaults(_run=run_compact)
     p = sub.add_parser("stats", help="counts, sizes, settings and failure reasons of an index")
     _index_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -359,14 +424,16 @@ def run_build(args) -> int:
         num_think_tokens=head.config.num_think_tokens if head is not None else None,
         max_evidence=max_evidence,
         candidate_policy=candidate_policy(args.bank_per_second, args.bank_frames),
-        faiss_factory=args.faiss_factory or default_factory(len(items)),
+        faiss_factory=args.faiss_factory or default_factory(len(items), args.faiss_exact_max),
         instruction=args.instruction,
     )
     try:
         writer = IndexWriter.create(args.index, manifest)
     except (IndexMismatchError, IndexFormatError) as exc:
         return _usage(str(exc))
-    code = _run_builder(args, writer, loaded, items, factory=args.faiss_factory)
+    code = _run_builder(
+        args, writer, loaded, items, factory=args.faiss_factory, model=str(model), head_dir=args.head
+    )
     if code == 0 and args.publish:
         args.index_dir, args.link = args.index, args.publish
         return run_publish(args)
@@ -413,7 +480,15 @@ def run_add(args) -> int:
     ) as exc:
         return _usage(str(exc))
     writer = IndexWriter.open(args.index)
-    return _run_builder(args, writer, loaded, items, factory=None)
+    return _run_builder(
+        args,
+        writer,
+        loaded,
+        items,
+        factory=None,
+        model=str(args.model or manifest.backbone_id),
+        head_dir=args.head if manifest.uses_head else None,
+    )
 
 
 class _StopOnSignal:
@@ -438,10 +513,30 @@ class _StopOnSignal:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def _run_builder(args, writer, loaded, items, *, factory) -> int:
+def _ray_source(args, builder, *, model: str, head_dir: str | None):
+    """The Ray batch source for this build (a context manager), from the command's flags."""
+    from indexer.distributed import ModelSpec, RayBatchSource, RayOptions
+
+    spec = ModelSpec(
+        model=model,
+        head_dir=head_dir,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        clip_batch=args.clip_batch,
+        image_batch=args.image_batch,
+    )
+    options = RayOptions(
+        address=args.address, embedders=args.ray_embedders, gpus_per_embedder=args.ray_gpus_per_embedder
+    )
+    return RayBatchSource(builder, spec, options)
+
+
+def _run_builder(args, writer, loaded, items, *, factory, model: str, head_dir: str | None) -> int:
     from tqdm import tqdm
 
     from indexer.assembly import encoder_for
+    from indexer.distributed import RayBuildError, RayConnectError
     from indexer.pipeline import Builder, BuildOptions
 
     m = writer.manifest
@@ -458,6 +553,7 @@ def _run_builder(args, writer, loaded, items, *, factory) -> int:
         bank_max_frames=m.bank_max_frames,
         retry_failed=args.retry_failed,
         faiss_factory=factory,
+        faiss_exact_max=args.faiss_exact_max if args.command == "add" else None,
     )
     bar = None
     frames = 0
@@ -474,21 +570,37 @@ def _run_builder(args, writer, loaded, items, *, factory) -> int:
             bar.update(videos)
             bar.set_postfix_str(f"{frames / max(time.perf_counter() - started, 1e-9):.1f} frames/s")
 
+    builder = Builder(writer, encoder, options=options)
+    source = None
+    if args.backend == "ray":
+        from core.errors import ConfigurationError
+
+        source = _ray_source(args, builder, model=model, head_dir=head_dir)
+        try:
+            source.connect()
+        except (ConfigurationError, RayConnectError) as exc:
+            writer.close()
+            return _usage(str(exc))
     try:
         with _StopOnSignal() as stop:
-            stats = Builder(writer, encoder, options=options).run(
-                items, progress=progress, on_plan=on_plan, should_stop=stop.event.is_set
+            stats = builder.run(
+                items,
+                progress=progress,
+                on_plan=on_plan,
+                should_stop=stop.event.is_set,
+                batch_source=source,
             )
+        if source is not None:
+            stats.seconds["workers"] = source.cluster.get("cpus", 1)  # decode tasks run on the cluster's CPUs
     except (OSError, sqlite3.DatabaseError) as exc:
         from core.errors import summarize
 
-        print(
-            f"indexer: error: could not write the index: {summarize(exc)}. Committed videos are kept; fix the "
-            "cause and run the same command again to resume.",
-            file=sys.stderr,
-        )
-        return EXIT_IO
+        return _fail(EXIT_IO, f"could not write the index: {summarize(exc)}. {_RESUME}")
+    except RayBuildError as exc:
+        return _fail(EXIT_BACKEND, f"the Ray job failed: {exc}. {_RESUME}")
     finally:
+        if source is not None:
+            source.disconnect()
         if bar is not None:
             bar.close()
         with contextlib.suppress(OSError, sqlite3.DatabaseError):
@@ -520,6 +632,31 @@ def run_remove(args) -> int:
     if unknown:
         print(f"not in the index: {', '.join(unknown)}", file=sys.stderr)
         return EXIT_FAILURES
+    return EXIT_OK
+
+
+def run_compact(args) -> int:
+    from indexer.compaction import compact
+    from indexer.store import IndexFormatError, IndexWriter
+
+    if args.faiss_exact_max < 1:
+        return _usage("--faiss-exact-max must be at least 1")
+    try:
+        writer = IndexWriter.open(args.index)
+    except IndexFormatError as exc:
+        return _usage(str(exc))
+    try:
+        with writer:
+            report = compact(writer, exact_max=args.faiss_exact_max)
+    except (OSError, sqlite3.DatabaseError) as exc:
+        from core.errors import summarize
+
+        return _fail(
+            EXIT_IO,
+            f"could not compact the index: {summarize(exc)}. The index is valid; fix the cause and run the "
+            "same command again to finish.",
+        )
+    print(report.summary())
     return EXIT_OK
 
 
@@ -581,12 +718,20 @@ def run_verify(args) -> int:
 def _check_numbers(args, *, build: bool) -> str | None:
     """Positive numbers for every count flag the command has (``add`` reads K, L, M and the frame
     bank from the index, so it has only the throughput flags)."""
-    names = ["batch_videos", "clip_batch", "image_batch", "workers"]
+    names = ["batch_videos", "clip_batch", "image_batch", "workers", "faiss_exact_max"]
     if build:
         names = ["frames", "clip_len", "bank_frames", *names]
     for name in names:
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be at least 1"
+    if args.backend != "ray" and (
+        args.address or args.ray_embedders or args.ray_gpus_per_embedder is not None
+    ):
+        return "--address, --ray-embedders and --ray-gpus-per-embedder need --backend ray"
+    if args.ray_embedders is not None and args.ray_embedders < 1:
+        return "--ray-embedders must be at least 1"
+    if args.ray_gpus_per_embedder is not None and not args.ray_gpus_per_embedder >= 0:
+        return "--ray-gpus-per-embedder must be 0 or more"
     if build:
         if args.max_evidence is not None and args.max_evidence < 1:
             return "--max-evidence must be at least 1"
@@ -597,9 +742,16 @@ def _check_numbers(args, *, build: bool) -> str | None:
     return None
 
 
-def _usage(message: str) -> int:
+_RESUME = "Committed videos are kept; fix the cause and run the same command again to resume."
+
+
+def _fail(code: int, message: str) -> int:
     print(f"indexer: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return code
+
+
+def _usage(message: str) -> int:
+    return _fail(EXIT_USAGE, message)
 
 
 if __name__ == "__main__":

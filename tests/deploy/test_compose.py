@@ -75,6 +75,24 @@ def test_services_and_builds_exist(compose):
         assert (ROOT / extra).is_file(), extra
 
 
+def test_api_replicas_sit_behind_one_proxy(compose):
+    """`docker compose up --scale api=N`: no replica binds a host port (N would collide); the proxy
+    publishes the one address and re-resolves `api` through Docker's DNS to reach every replica."""
+    services = compose["services"]
+    api, proxy = services["api"], services["proxy"]
+    assert "ports" not in api and "8000" in [str(p) for p in api["expose"]]
+    assert [p.split(":")[-1] for p in proxy["ports"]] == ["8080"]
+    assert "${QASLR_PORT:-8000}" in proxy["ports"][0]
+    assert proxy["depends_on"]["api"]["condition"] == "service_healthy"
+    (mount,) = proxy["volumes"]
+    assert mount.startswith("./deploy/nginx.conf:") and mount.endswith(":ro")
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert "resolver 127.0.0.11" in conf  # Docker's DNS: every replica, followed as they come and go
+    assert "set $api http://api:8000;" in conf and "proxy_pass $api;" in conf  # a variable: re-resolved
+    assert "listen 8080;" in conf and "proxy_buffering off;" in conf  # the NDJSON stream flows through
+    assert "client_max_body_size 6m;" in conf  # image queries (the API's own limit is about 5.4 MiB)
+
+
 def test_redis_is_bounded_lru_without_persistence(compose):
     redis = compose["services"]["redis"]
     assert any("redis.conf" in v and v.endswith(":ro") for v in redis["volumes"])

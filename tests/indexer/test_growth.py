@@ -1,0 +1,197 @@
+"""Indexes that keep growing and shrinking: `add` switches the FAISS type when the corpus crosses the
+build's thresholds (small ones, set by --faiss-exact-max), `compact` reclaims what `remove` left, and
+the API answers searches while an index is switched under it. Real tiny checkpoint, decord, FAISS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from indexer.maintenance import verify_index
+from indexer.store import IndexReader
+from qaslr.commands.indexer import main
+
+COMMON = ["--frames", "8", "--clip-len", "4", "--no-progress", "--log-level", "WARNING"]
+FLAT, HNSW = "IDMap2,Flat", "IDMap2,HNSW32,Flat"
+
+
+@pytest.fixture
+def videos(tmp_path, video_factory):
+    """Two folders: ``first`` (3 videos) and ``more`` (2 others)."""
+    first, more = tmp_path / "first", tmp_path / "more"
+    for i in range(3):
+        video_factory(first / f"v{i}.mp4", num_frames=24 + 6 * i, fps=12, seed=20 + i)
+    for i in range(3, 5):
+        video_factory(more / f"v{i}.mp4", num_frames=24 + 6 * i, fps=12, seed=20 + i)
+    return first, more
+
+
+def _answers(directory, k=5):
+    """Every indexed video's own embedding as a query: the ranked ids and scores, and its frame bank."""
+    with IndexReader(directory) as r:
+        ids = sorted(v.id for v in r.videos())
+        queries = np.stack([r.embedding(i) for i in ids])
+        hits = r.search(queries, k)
+        banks = {
+            i: (r.frame_bank(i).frame_indices.tolist(), np.asarray(r.frame_bank(i).embeddings).tobytes())
+            for i in ids
+        }
+        return ids, [[(vid, round(s, 5)) for vid, s in row] for row in hits], banks
+
+
+def _factory(directory) -> str:
+    with IndexReader(directory) as r:
+        return r.manifest.faiss_factory
+
+
+def test_add_switches_faiss_type_when_the_corpus_crosses_the_threshold(
+    videos, tiny_checkpoint, tmp_path, capsys
+):
+    first, more = videos
+    index = tmp_path / "idx"
+    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*build, "--faiss-exact-max", "4"]) == 0
+    assert _factory(index) == FLAT
+    capsys.readouterr()
+
+    assert main(["add", str(more), "--index", str(index), *COMMON[4:], "--faiss-exact-max", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "switched from IDMap2,Flat" in out
+    assert _factory(index) == HNSW
+    assert verify_index(index).ok
+    ids, hits, _ = _answers(index)
+    assert len(ids) == 5 and [row[0][0] for row in hits] == ids  # each video finds itself first
+
+    # shrinking below the threshold and compacting switches back to exact search
+    assert main(["remove", "v3.mp4", "v4.mp4", "--index", str(index)]) == 0
+    assert main(["compact", "--index", str(index), "--faiss-exact-max", "4"]) == 0
+    assert "switched from IDMap2,HNSW32,Flat" in capsys.readouterr().out
+    assert _factory(index) == FLAT and verify_index(index).ok
+
+
+def test_add_keeps_a_faiss_type_forced_at_build(videos, tiny_checkpoint, tmp_path, capsys):
+    first, more = videos
+    index = tmp_path / "idx"
+    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*build, "--faiss-factory", "HNSW16,Flat"]) == 0
+    assert main(["add", str(more), "--index", str(index), *COMMON[4:], "--faiss-exact-max", "1"]) == 0
+    assert "switched" not in capsys.readouterr().out
+    assert _factory(index) == "IDMap2,HNSW16,Flat"
+
+
+def test_compact_reclaims_removed_frames_and_keeps_answers(videos, tiny_checkpoint, tmp_path, capsys):
+    first, _ = videos
+    index = tmp_path / "idx"
+    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*build, "--batch-videos", "3"]) == 0  # one bank file for all three
+    assert main(["remove", "v1.mp4", "--index", str(index)]) == 0
+    (bank_file,) = (index / "bank").glob("bank-*.npy")
+    rows_before = np.load(bank_file, mmap_mode="r").shape[0]
+    before = _answers(index)
+    capsys.readouterr()
+
+    assert main(["compact", "--index", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "1 file(s) rewritten" in out
+    (new_file,) = (index / "bank").glob("bank-*.npy")
+    assert new_file.name != bank_file.name and not bank_file.exists()
+    with IndexReader(index) as r:
+        live = sum(len(r.frame_bank(v.id).frame_indices) for v in r.videos())
+    assert np.load(new_file, mmap_mode="r").shape[0] == live < rows_before
+    assert _answers(index) == before  # same rankings, scores and frame banks
+    report = verify_index(index)
+    assert report.ok and not report.warnings, (report.errors, report.warnings)
+
+    assert main(["compact", "--index", str(index)]) == 0  # nothing left to do: a no-op
+    assert "0 file(s) rewritten" in capsys.readouterr().out and _answers(index) == before
+
+
+CRASH_IN_COMPACT = """
+import os, sys
+from indexer.store import db
+def crash(self, moves, state):
+    os._exit(99)  # like kill -9: after the new bank file is written, before its commit point
+db.MetadataStore.move_banks = crash
+from qaslr.commands.indexer import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_compact_killed_mid_way_leaves_a_valid_index_and_finishes_when_run_again(
+    videos, tiny_checkpoint, tmp_path
+):
+    first, _ = videos
+    index = tmp_path / "idx"
+    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*build, "--batch-videos", "3"]) == 0
+    assert main(["remove", "v0.mp4", "--index", str(index)]) == 0
+    before = _answers(index)
+
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_IN_COMPACT, "compact", "--index", str(index)],
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 99, proc.stderr[-2000:]
+    assert len(list((index / "bank").glob("bank-*.npy"))) == 2  # the new file exists, uncommitted
+    assert verify_index(index).ok and _answers(index) == before  # the old file still serves
+
+    assert main(["compact", "--index", str(index)]) == 0
+    assert len(list((index / "bank").glob("bank-*.npy"))) == 1
+    report = verify_index(index)
+    assert report.ok and not report.warnings
+    assert _answers(index) == before
+
+
+def test_compact_of_a_missing_index_is_a_usage_error(tmp_path, capsys):
+    assert main(["compact", "--index", str(tmp_path / "nope")]) == 2
+    assert "indexer: error" in capsys.readouterr().err
+
+
+def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoint, tmp_path):
+    """A running API keeps answering while `indexer add` (another process) grows its index past the
+    threshold and switches FAISS; a reload then serves the switched index with the new videos."""
+    from service.app import create_app
+    from service.settings import Settings
+    from tests.service.conftest import live_server
+
+    first, more = videos
+    index = tmp_path / "idx"
+    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*build, "--faiss-exact-max", "4"]) == 0
+    app = create_app(Settings(index=index, model=str(tiny_checkpoint), redis_url=None, default_frames=8))
+    query = {"query": "moving blocks", "top_k": 10, "mode": "indexed"}
+    with live_server(app) as client:
+        assert client.get("/readyz").json()["faiss"]["factory"] == FLAT
+        statuses, stop = [], threading.Event()
+
+        def keep_searching():
+            while not stop.is_set():
+                statuses.append(client.post("/search", json=query).status_code)
+
+        searcher = threading.Thread(target=keep_searching)
+        searcher.start()
+        try:
+            cmd = ["add", str(more), "--index", str(index), *COMMON[4:], "--faiss-exact-max", "4"]
+            code = "import sys; from qaslr.commands.indexer import main; sys.exit(main(sys.argv[1:]))"
+            proc = subprocess.run(
+                [sys.executable, "-c", code, *cmd], capture_output=True, text=True, timeout=300,
+                env=dict(os.environ, OMP_NUM_THREADS="1"),
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            seen_during = len(statuses)
+            assert client.post("/admin/reload-index").status_code == 200
+            after = client.post("/search", json=query)
+        finally:
+            stop.set()
+            searcher.join(timeout=60)
+        assert seen_during > 0 and set(statuses) == {200}
+        assert after.status_code == 200 and len(after.json()["results"]) == 5
+        assert client.get("/readyz").json()["faiss"]["factory"] == HNSW
