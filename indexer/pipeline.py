@@ -11,6 +11,8 @@ Per video (docs/architecture.md, "Building an index"; paper §3.2, §A.4):
                                         or one-shot) on a group of videos, so clips of several
                                         videos share backbone batches
     embed the C frames as images        Backbone.embed_images, batched across the group, float16
+    keep the C frames' pixels           indexer.store.frames.encode_frames (the frame store, when the
+                                        index keeps one: encoded in the decode pool, at the working size)
     commit the group                    indexer.store.IndexWriter.commit (the crash-safe point)
 
 Batches are fixed chunks of the source list (in its stable order) minus the videos already in the
@@ -32,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
+from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND, FrameStore
 from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
+from indexer.store.frames import encode_frames
 from indexer.video import (
     VideoError,
     VideoInfo,
@@ -126,11 +129,19 @@ class BuildStats:
     frames_decoded: int = 0
     frames_encoded: int = 0
     seconds: dict = field(
-        default_factory=lambda: {"decode": 0.0, "decode_wait": 0.0, "encode": 0.0, "bank": 0.0, "write": 0.0}
+        default_factory=lambda: {
+            "decode": 0.0,
+            "decode_wait": 0.0,
+            "encode": 0.0,
+            "bank": 0.0,
+            "store": 0.0,
+            "write": 0.0,
+        }  # fmt: skip
     )
     wall_s: float = 0.0
     failures: list = field(default_factory=list)  # (id, reason)
     stopped: bool = False  # asked to stop (should_stop) before every batch was done
+    stored_bytes: int = 0  # frame-store bytes written by this run
 
     def summary(self) -> str:
         s = self.seconds
@@ -141,7 +152,7 @@ class BuildStats:
             f"frames decoded: {self.frames_decoded}; frames encoded: {self.frames_encoded}",
             f"time: wall {self.wall_s:.1f}s | decode {s['decode']:.1f}s (in {s.get('workers', 1)} worker(s), "
             f"model waited {s['decode_wait']:.1f}s) | encode {s['encode']:.1f}s | frame bank {s['bank']:.1f}s "
-            f"| write {s['write']:.1f}s",
+            f"| frame store {s['store']:.1f}s ({self.stored_bytes / 1e6:.2f} MB) | write {s['write']:.1f}s",
         ]
         if self.wall_s > 0 and self.indexed:
             lines.append(
@@ -168,10 +179,18 @@ class Decoded:
     error: str | None = None
     seconds: float = 0.0
     source_stat: str | None = None
+    stored: object = None  # indexer.store.frames.EncodedFrames of the candidate frames (frame store)
+    store_seconds: float = 0.0
 
 
 def decode_video(
-    item: SourceItem, *, frame_shape, max_frames: int, bank_per_second: float, bank_max: int
+    item: SourceItem,
+    *,
+    frame_shape,
+    max_frames: int,
+    bank_per_second: float,
+    bank_max: int,
+    frame_store: str = FrameStore.NONE,
 ) -> Decoded:
     """Probe and decode one video (runs in the decode pool). Never raises for bad input."""
     from models.selection import uniform_indices
@@ -192,6 +211,10 @@ def decode_video(
         out.union = union
         out.uniform = np.searchsorted(union, uniform)
         out.candidates = np.searchsorted(union, cand)
+        if frame_store != FrameStore.NONE:
+            t = time.perf_counter()
+            out.stored = encode_frames(out.frames[out.candidates], frame_store)
+            out.store_seconds = time.perf_counter() - t
     except VideoError as exc:
         out.error = strip_paths(summarize(exc))  # reasons are shown to API clients: no paths
     except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
@@ -267,6 +290,7 @@ class Builder:
             max_frames=self.writer.manifest.max_frames,
             bank_per_second=opts.bank_per_second,
             bank_max=opts.bank_max_frames,
+            frame_store=self.writer.manifest.frame_store,
         )
         with ThreadPoolExecutor(max_workers=max(1, opts.workers), thread_name_prefix="decode") as pool:
             queue: deque[list[Future]] = deque()
@@ -292,7 +316,8 @@ class Builder:
                     decoded = [f.result() for f in futures]
                     stats.seconds["decode_wait"] += time.perf_counter() - t
                     fill()  # keep the pool busy while the model works on this batch
-                    stats.seconds["decode"] += sum(d.seconds for d in decoded)
+                    stats.seconds["decode"] += sum(d.seconds - d.store_seconds for d in decoded)
+                    stats.seconds["store"] += sum(d.store_seconds for d in decoded)
                     entries = self._process(decoded, stats)
                     t = time.perf_counter()
                     self.writer.commit(entries)
@@ -372,8 +397,11 @@ class Builder:
                     bank_indices=d.union[d.candidates],
                     bank_embeddings=banks[id(d)],
                     source_stat=d.source_stat,
+                    stored_frames=d.stored,
                 )
             )
+            if d.stored is not None:
+                stats.stored_bytes += d.stored.nbytes
             d.frames = None  # free the pixels early
         return entries
 
