@@ -3,8 +3,8 @@
 
 Frames are decoded straight to the backbone's working size for each video: its aspect ratio kept,
 both sides multiples of 32, within the backbone's pixel budget (``models.backbone.working_size``).
-Frames are addressed by their index in the source video; nothing here copies frames to disk
-(paper §A.2).
+Frames are addressed by their index in the source video; nothing here writes frames to disk (the
+frame store, ``indexer/store/frames.py``, keeps the frame-bank frames' pixels when a build asks for it).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import uuid
 
 import pytest
 
@@ -164,3 +165,27 @@ def test_thumbnails_come_from_the_store(make_settings, indexes, corpus):
         not_stored = http.get(f"/videos/vid2/frames/{stored + 1}")
     assert ok.status_code == 200 and ok.headers["content-type"] == "image/jpeg"
     assert not_stored.status_code == 404  # not in the store, and the source is gone: a clean 404
+
+
+def test_redis_holds_store_frames_under_keys_that_name_the_codec(make_settings, indexes, corpus):
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis server at 127.0.0.1:6379")
+    prefix = f"qaslr-test:{uuid.uuid4().hex[:10]}:"
+    try:
+        with sources_gone(corpus):
+            cold, warm, _ = _search(
+                make_settings, indexes["jpeg"], redis_url="redis://127.0.0.1:6379/0", cache_prefix=prefix
+            )
+        n = 8 * SEARCH["frames"]
+        assert cold["cache"]["backend"] == "redis" and cold["cache"]["store_frames"] == n
+        assert warm["cache"]["hits"] == n and _scores(warm) == _scores(cold)
+        keys = [k.decode() for k in client.scan_iter(match=prefix + "*")]
+        assert len(keys) == n and all(k.endswith(":jpeg") for k in keys)
+    finally:
+        keys = list(client.scan_iter(match=prefix + "*"))
+        if keys:
+            client.delete(*keys)
