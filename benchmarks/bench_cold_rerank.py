@@ -1,7 +1,7 @@
 """Cold and warm stage-2 rerank latency: frames decoded from the source vs. read from the frame store.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python benchmarks/bench_cold_rerank.py [--videos 10] [--seconds 20]
-        [--gops 2 10] [--queries 8] [--shortlist 10] [--frames 32] [--store jpeg]
+        [--gops 2 10] [--queries 6] [--shortlist 10] [--frames 32] [--store jpeg]
         [--codecs jpeg png lz4] [--frame-size 128] [--redis-url redis://127.0.0.1:6379/0] [--workdir DIR]
 
 The issue's full sizes: ``--videos 10 --seconds 180`` (3-minute 720p videos; generating and indexing
@@ -47,14 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 WIDTH, HEIGHT, FPS = 1280, 720, 24
-COLOURS = {
-    "red": (220, 40, 40),
-    "green": (40, 190, 60),
-    "blue": (50, 80, 230),
-    "yellow": (230, 210, 40),
-    "cyan": (40, 210, 220),
-    "magenta": (210, 50, 200),
-}
+# shapes-world colours (world/vocab.py), so that the tiny-world backbone's selection means something
 QUERIES = [
     "a red square appears",
     "there is a blue circle",
@@ -71,6 +64,8 @@ QUERIES = [
 
 def render(seconds: int, seed: int):
     """Frames [H, W, 3] uint8 of one video: a static textured haystack, shapes passing through."""
+    from world.vocab import COLOURS
+
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH]
     base = 110 + 25 * np.sin(xx / rng.uniform(20, 60)) * np.cos(yy / rng.uniform(20, 60))

@@ -161,6 +161,7 @@ def test_thumbnails_come_from_the_store(make_settings, indexes, corpus):
     with IndexReader(indexes["jpeg"]) as r:
         stored = int(r.frame_bank("vid2").frame_indices[1])
     with sources_gone(corpus), live_server(create_app(make_settings(index=indexes["jpeg"]))) as http:
+        assert http.get("/readyz").json()["frame_store"] == "jpeg"
         ok = http.get(f"/videos/vid2/frames/{stored}")
         not_stored = http.get(f"/videos/vid2/frames/{stored + 1}")
     assert ok.status_code == 200 and ok.headers["content-type"] == "image/jpeg"
