@@ -1,7 +1,7 @@
 """Cold and warm stage-2 rerank latency: frames decoded from the source vs. read from the frame store.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python benchmarks/bench_cold_rerank.py [--videos 10] [--seconds 20]
-        [--gops 2 10] [--queries 6] [--shortlist 10] [--frames 32] [--store jpeg]
+        [--gops 2 10] [--queries 8] [--shortlist 10] [--frames 32] [--store jpeg]
         [--codecs jpeg png lz4] [--frame-size 128] [--redis-url redis://127.0.0.1:6379/0] [--workdir DIR]
 
 The issue's full sizes: ``--videos 10 --seconds 180`` (3-minute 720p videos; generating and indexing
@@ -294,6 +294,11 @@ def main() -> None:
         "--workdir", default=None, help="keep videos and indexes here (default: a temporary folder)"
     )
     p.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    p.add_argument(
+        "--codecs-only",
+        action="store_true",
+        help="only the codec table (e.g. at --frame-size 448, where stage-2 latency on 2 cores is long)",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     import torch
@@ -328,6 +333,14 @@ def main() -> None:
     manifests = make_videos(workdir, args)
     results = {"args": vars(args), "latency": [], "storage": {}, "codecs": None}
     for gop, manifest in manifests.items():
+        if args.codecs_only:
+            build(
+                manifest,
+                workdir / f"index-{args.seconds}s-gop{gop}-none-{args.frame_size or 'native'}",
+                model,
+                "none",
+            )
+            break
         for store in ("none", args.store):
             index = workdir / f"index-{args.seconds}s-gop{gop}-{store}-{args.frame_size or 'native'}"
             took = build(manifest, index, model, store)
@@ -361,6 +374,9 @@ def main() -> None:
 
 
 def print_tables(results: dict, args) -> None:
+    print(f"\nworking size: at most {args.frame_size or 128}^2 pixels per frame")
+    if not results["latency"]:
+        return print_codecs(results)
     print(f"\nstage-2 rerank at R = {args.shortlist}, K' = {args.frames}, {args.queries} queries "
           "(seconds; decode = getting the frames)")  # fmt: skip
     print(
@@ -380,6 +396,10 @@ def print_tables(results: dict, args) -> None:
             f"| GOP {key.replace('-', ' s, ')} | {s['store_per_video'] / 1e6:.3f} MB | {s['per_frame'] / 1024:.1f} KiB "
             f"| {s['index_per_video'] / 1e6:.3f} MB | {s['source_per_video'] / 1e6:.2f} MB |"
         )
+    print_codecs(results)
+
+
+def print_codecs(results: dict) -> None:
     print("\ncodecs on the selected frames (vs. the same frames decoded from the source)")
     print(
         "| codec | KiB / frame | encode ms / frame | decode ms / frame | max pixel error | max |score drift| | mean |score drift| |"
