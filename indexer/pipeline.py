@@ -136,7 +136,7 @@ class BuildStats:
             "bank": 0.0,
             "store": 0.0,
             "write": 0.0,
-        }  # fmt: skip
+        }
     )
     wall_s: float = 0.0
     failures: list = field(default_factory=list)  # (id, reason)

@@ -145,6 +145,24 @@ def frames_file_bytes(videos: list[EncodedFrames], codec: str) -> bytes:
     return b"".join([_HEADER.pack(_MAGIC, _CODEC_IDS[codec], rows), *table, *payload])
 
 
+def copy_rows(source: FramesFile, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
+    """A new frame-store file holding rows ``[first, first + count)`` of ``source`` for each span, in
+    order, their bytes and CRCs unchanged (nothing is decoded); and the new first row of each span.
+    What a compaction writes for the surviving videos of a batch (docs/architecture.md)."""
+    rows = [r for first, count in spans for r in range(first, first + count)]
+    starts = list(np.cumsum([0] + [count for _, count in spans])[:-1].astype(int))
+    offset = _HEADER.size + len(rows) * _ROW.size
+    table, payload = [], []
+    for r in rows:
+        blob = source.blob(r)  # checks the CRC: a damaged row is not copied silently
+        h, w = source.shape(r)
+        table.append(_ROW.pack(offset, len(blob), int(source.table["crc"][r]), h, w))
+        payload.append(bytes(blob))
+        offset += len(blob)
+    header = _HEADER.pack(_MAGIC, _CODEC_IDS[FrameStore(source.codec)], len(rows))
+    return b"".join([header, *table, *payload]), starts
+
+
 class FramesFile:
     """A frame-store file opened for reading (memory-mapped). Opening checks the header and that
     every row lies inside the file; :meth:`read` checks a row's CRC before decoding it."""

@@ -1,8 +1,8 @@
 """``IndexWriter``: creates or reopens an index directory and commits batches of videos atomically.
 
 Crash safety: a batch's bank file (and its frame-store file, when the index keeps frames) is
-renamed into place before the SQLite transaction that references it, so the commit point is the SQLite commit and a crash loses at most the batch in
-flight; anything written before that commit and not referenced by it is an orphan that the next
+renamed into place before the SQLite transaction that references it, so the commit point is the
+SQLite commit and a crash loses at most the batch in flight; anything written before that commit and not referenced by it is an orphan that the next
 writer deletes. FAISS follows the metadata store in memory and is checkpointed now and then: it is
 derived data, repaired from the stored embeddings whenever it lags.
 """

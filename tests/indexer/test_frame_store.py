@@ -15,6 +15,7 @@ from indexer.store import IndexReader
 from indexer.store.frames import (
     FramesFile,
     StoredFrameError,
+    copy_rows,
     decode_frame,
     encode_frame,
     encode_frames,
@@ -83,6 +84,23 @@ def test_frames_file_rows_and_damage(tmp_path):
         FramesFile(path)
     with pytest.raises(ValueError, match="lz4"):
         frames_file_bytes(videos, "lz4")  # rows of another codec
+
+
+def test_copy_rows_keeps_the_chosen_rows_bytes_for_bytes(tmp_path):
+    frames = [_frame(i) for i in range(5)]
+    src = tmp_path / "frames-00000001.bin"
+    src.write_bytes(frames_file_bytes([encode_frames(frames, "jpeg")], "jpeg"))
+    old = FramesFile(src)
+    data, starts = copy_rows(old, [(3, 2), (0, 1)])  # two surviving videos of the batch
+    new_path = tmp_path / "frames-00000002.bin"
+    new_path.write_bytes(data)
+    new = FramesFile(new_path)
+    assert (new.codec, new.rows, starts) == ("jpeg", 3, [0, 2])
+    for new_row, old_row in enumerate([3, 4, 0]):
+        assert bytes(new.blob(new_row)) == bytes(old.blob(old_row))
+        assert np.array_equal(new.read(new_row), old.read(old_row))
+    old.close()
+    new.close()
 
 
 def test_decode_frames_in_any_order_gives_the_requested_frames(tmp_path, video_factory):
