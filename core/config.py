@@ -59,6 +59,23 @@ FAISS_ANN_FACTORY = "IDMap2,HNSW32,Flat"
 FAISS_HNSW_EF_SEARCH = 128  # HNSW search breadth (at least the k asked for); FAISS's default is 16
 
 
+class FrameStore(StrEnum):
+    """How an index keeps the pixels of its frame-bank frames (``indexer build --frame-store``), so
+    that stage 2 reads them from the index instead of decoding the source video. Chosen by
+    benchmarks/bench_cold_rerank.py (docs/architecture.md, "The frame store")."""
+
+    NONE = "none"  # no pixels kept: stage 2 decodes from the source video (the old behaviour)
+    JPEG = (
+        "jpeg"  # JPEG quality 95, 4:4:4 chroma: small and fast to decode, lossy (scores within a tolerance)
+    )
+    PNG = "png"  # lossless (exact scores), larger and several times slower to decode at 448 px
+    LZ4 = "lz4"  # raw pixels, LZ4-compressed: lossless and fastest, but the largest
+
+
+DEFAULT_FRAME_STORE = FrameStore.JPEG
+FRAME_STORE_JPEG_QUALITY = 95  # with 4:4:4 chroma (no subsampling): max pixel error ~15 of 255
+
+
 # -- stage 2 --------------------------------------------------------------------------------------
 QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores' spread (models.selection)
 # One-shot stage 2: where the query text goes in the backbone prompt. Chosen by measurement

@@ -114,7 +114,8 @@ class EmbedBatches:
     def __call__(self, row: dict) -> dict:
         decoded = pickle.loads(row["decoded"])
         stats = BuildStats()
-        stats.seconds["decode"] += sum(d.seconds for d in decoded)
+        stats.seconds["decode"] += sum(d.seconds - d.store_seconds for d in decoded)
+        stats.seconds["store"] += sum(d.store_seconds for d in decoded)
         frames = sum(len(d.union) for d in decoded if d.union is not None)
         entries = self.batch_encoder.process(decoded, stats)
         result = BatchResult(entries, stats, frames)

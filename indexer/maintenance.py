@@ -4,8 +4,10 @@
 the metadata store's), SQLite's own integrity check, that every indexed id resolves to exactly one
 FAISS vector and every FAISS id to an indexed video, that the FAISS dimension matches, that each
 frame-bank file exists, loads as float16 [rows, d] and covers its videos' rows, that frame indices lie
-inside their videos, that stored embeddings are finite and unit-norm, and (optionally) that source
-files still have the fingerprint they were indexed with. Nothing is modified.
+inside their videos, that stored embeddings are finite and unit-norm, that each frame-store file parses,
+covers its videos' rows at their working size and that every stored frame has its CRC-32 (the first
+frame of each file is decoded), and (optionally) that source files still have the fingerprint they
+were indexed with. Nothing is modified.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.config import FrameStore
 from core.errors import summarize
 from indexer.store.db import MetadataStore
 from indexer.store.faiss_index import faiss_ids, read_faiss
@@ -31,6 +34,7 @@ from indexer.store.format import (
     is_bank_file_name,
     read_manifest,
 )
+from indexer.store.frames import FRAMES_DIR, FramesFile, StoredFrameError, is_frames_file_name
 
 
 @dataclass
@@ -61,20 +65,32 @@ def index_stats(directory: str | Path) -> dict:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
-    indexed = by_status.get(STATUS_INDEXED, {"videos": 0, "duration_s": 0.0, "bank_frames": 0})
+    indexed = by_status.get(STATUS_INDEXED, {})
+    store_bytes = sum(v for k, v in files.items() if k.startswith(f"{FRAMES_DIR}/"))
+    stored_videos, stored_frames = indexed.get("stored_videos", 0), indexed.get("stored_frames", 0)
     return {
         "directory": str(directory),
         "manifest": json.loads(manifest.to_json()),
-        "indexed": indexed["videos"],
+        "indexed": indexed.get("videos", 0),
         "failed": by_status.get(STATUS_FAILED, {}).get("videos", 0),
-        "indexed_hours": indexed["duration_s"] / 3600.0,
-        "bank_frames": indexed["bank_frames"],
+        "indexed_hours": indexed.get("duration_s", 0.0) / 3600.0,
+        "bank_frames": indexed.get("bank_frames", 0),
+        # file bytes include the rows of removed videos until their batch's files are rewritten
+        "frame_store": {
+            "codec": manifest.frame_store,
+            "videos": stored_videos,
+            "frames": stored_frames,
+            "bytes": store_bytes,
+            "bytes_per_video": store_bytes / stored_videos if stored_videos else 0.0,
+            "bytes_per_frame": store_bytes / stored_frames if stored_frames else 0.0,
+        },
         "failure_reasons": dict(reasons.most_common()),
         "bytes": {
             "total": sum(files.values()),
             "faiss": files.get(FAISS_FILE, 0),
             "metadata": files.get(METADATA, 0),
             "frame_bank": sum(v for k, v in files.items() if k.startswith(f"{BANK_DIR}/")),
+            "frame_store": store_bytes,
         },
     }
 
@@ -174,10 +190,12 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
             rep.errors.append(f"{vid}: frame bank indices do not match its {num_frames} frames")
         elif len(indices) > 1 and not np.all(np.diff(indices) > 0):
             rep.errors.append(f"{vid}: frame bank indices are not increasing")
-    referenced = {b for b in banks}
-    for f in (directory / BANK_DIR).glob("*.npy") if (directory / BANK_DIR).is_dir() else []:
-        if f"{BANK_DIR}/{f.name}" not in referenced:
-            rep.warnings.append(f"{BANK_DIR}/{f.name} is not referenced (left by an interrupted write)")
+    stored = _verify_frame_store(directory, manifest, indexed, rep)
+    referenced = {b for b in banks} | stored
+    for folder, pattern in ((BANK_DIR, "*.npy"), (FRAMES_DIR, "*.bin")):
+        for f in (directory / folder).glob(pattern) if (directory / folder).is_dir() else []:
+            if f"{folder}/{f.name}" not in referenced:
+                rep.warnings.append(f"{folder}/{f.name} is not referenced (left by an interrupted write)")
 
     if check_sources:
         changed = []
@@ -193,8 +211,73 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
                 "`indexer add` re-indexes changed files"
             )
         rep.checked["sources"] = len(rows)
-    rep.checked.update(videos=len(rows), indexed=len(indexed), failed=len(failed), bank_files=len(banks))
+    rep.checked.update(
+        videos=len(rows),
+        indexed=len(indexed),
+        failed=len(failed),
+        bank_files=len(banks),
+        frames_files=len(stored),
+    )
     return rep
+
+
+def _verify_frame_store(directory: Path, manifest, indexed: list, rep: VerifyReport) -> set[str]:
+    """Check every frame-store file the indexed rows reference; returns the names referenced."""
+    from models.backbone import working_size
+
+    files: dict[str, FramesFile | None] = {}
+    without = [r["id"] for r in indexed if r["frames_file"] is None]
+    if manifest.frame_store != FrameStore.NONE and without:
+        rep.warnings.append(
+            f"{len(without)} indexed videos have no stored frames (e.g. {without[:3]}); stage 2 decodes "
+            "theirs from the source"
+        )
+    frames_checked = 0
+    for row in indexed:
+        name = row["frames_file"]
+        if name is None:
+            continue
+        vid = row["id"]
+        if name not in files:
+            files[name] = None
+            if not is_frames_file_name(name):
+                rep.errors.append(f"{vid} names an invalid frame-store file {name!r} (outside {FRAMES_DIR}/)")
+                continue
+            try:
+                f = FramesFile(directory / name)
+                if f.codec != manifest.frame_store:
+                    raise StoredFrameError(
+                        f"{name} holds {f.codec}, the manifest says {manifest.frame_store}"
+                    )
+                if f.rows:
+                    f.read(0)  # the codec really decodes
+                files[name] = f
+            except StoredFrameError as exc:
+                rep.errors.append(f"frame store {name} missing or corrupt: {exc}")
+        f = files[name]
+        if f is None:
+            continue
+        off, cnt = int(row["frames_offset"] or 0), int(row["bank_count"] or 0)
+        if off + cnt > f.rows:
+            rep.errors.append(f"{vid}: frame-store rows {off}..{off + cnt} beyond {name}")
+            continue
+        w, h = working_size(int(row["width"]), int(row["height"]), manifest.frame_size)
+        bad = []
+        for r in range(off, off + cnt):
+            try:
+                if f.shape(r) != (h, w):
+                    raise StoredFrameError(f"frame {r} is {f.shape(r)}, expected {(h, w)}")
+                f.blob(r)
+            except StoredFrameError as exc:
+                bad.append(str(exc))
+        frames_checked += cnt
+        if bad:
+            rep.errors.append(f"{vid}: {len(bad)} stored frames are damaged ({bad[0]})")
+    for f in files.values():
+        if f is not None:
+            f.close()
+    rep.checked["stored_frames"] = frames_checked
+    return set(files)
 
 
 def _load_bank(directory: Path, name: str | None, d: int, rep: VerifyReport) -> np.ndarray | None:

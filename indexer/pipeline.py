@@ -11,6 +11,8 @@ Per video (docs/architecture.md, "Building an index"; paper §3.2, §A.4):
                                         or one-shot) on a group of videos, so clips of several
                                         videos share backbone batches
     embed the C frames as images        Backbone.embed_images, batched across the group, float16
+    keep the C frames' pixels           indexer.store.frames.encode_frames (the frame store, when the
+                                        index keeps one: encoded in the decode pool, at the working size)
     commit the group                    indexer.store.IndexWriter.commit (the crash-safe point)
 
 Batches are fixed chunks of the source list (in its stable order) minus the videos already in the
@@ -32,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND
+from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND, FrameStore
 from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.store.faiss_index import automatic_switch
+from indexer.store.frames import encode_frames
 from indexer.video import (
     VideoError,
     VideoInfo,
@@ -130,11 +133,19 @@ class BuildStats:
     frames_decoded: int = 0
     frames_encoded: int = 0
     seconds: dict = field(
-        default_factory=lambda: {"decode": 0.0, "decode_wait": 0.0, "encode": 0.0, "bank": 0.0, "write": 0.0}
+        default_factory=lambda: {
+            "decode": 0.0,
+            "decode_wait": 0.0,
+            "encode": 0.0,
+            "bank": 0.0,
+            "store": 0.0,
+            "write": 0.0,
+        }
     )
     wall_s: float = 0.0
     failures: list = field(default_factory=list)  # (id, reason)
     stopped: bool = False  # asked to stop (should_stop) before every batch was done
+    stored_bytes: int = 0  # frame-store bytes written by this run
     faiss_switched_from: str | None = None  # the FAISS type the index had before this run switched it
 
     def merge(self, part: BuildStats) -> None:
@@ -143,8 +154,9 @@ class BuildStats:
         self.failed += part.failed
         self.frames_decoded += part.frames_decoded
         self.frames_encoded += part.frames_encoded
+        self.stored_bytes += part.stored_bytes
         self.failures.extend(part.failures)
-        for key in ("decode", "encode", "bank"):
+        for key in ("decode", "encode", "bank", "store"):
             self.seconds[key] += part.seconds[key]
 
     def summary(self) -> str:
@@ -156,7 +168,7 @@ class BuildStats:
             f"frames decoded: {self.frames_decoded}; frames encoded: {self.frames_encoded}",
             f"time: wall {self.wall_s:.1f}s | decode {s['decode']:.1f}s (in {s.get('workers', 1)} worker(s), "
             f"model waited {s['decode_wait']:.1f}s) | encode {s['encode']:.1f}s | frame bank {s['bank']:.1f}s "
-            f"| write {s['write']:.1f}s",
+            f"| frame store {s['store']:.1f}s ({self.stored_bytes / 1e6:.2f} MB) | write {s['write']:.1f}s",
         ]
         if self.wall_s > 0 and self.indexed:
             lines.append(
@@ -187,10 +199,18 @@ class Decoded:
     error: str | None = None
     seconds: float = 0.0
     source_stat: str | None = None
+    stored: object = None  # indexer.store.frames.EncodedFrames of the candidate frames (frame store)
+    store_seconds: float = 0.0
 
 
 def decode_video(
-    item: SourceItem, *, frame_shape, max_frames: int, bank_per_second: float, bank_max: int
+    item: SourceItem,
+    *,
+    frame_shape,
+    max_frames: int,
+    bank_per_second: float,
+    bank_max: int,
+    frame_store: str = FrameStore.NONE,
 ) -> Decoded:
     """Probe and decode one video (runs in the decode pool). Never raises for bad input."""
     from models.selection import uniform_indices
@@ -211,6 +231,10 @@ def decode_video(
         out.union = union
         out.uniform = np.searchsorted(union, uniform)
         out.candidates = np.searchsorted(union, cand)
+        if frame_store != FrameStore.NONE:
+            t = time.perf_counter()
+            out.stored = encode_frames(out.frames[out.candidates], frame_store)
+            out.store_seconds = time.perf_counter() - t
     except VideoError as exc:
         out.error = strip_paths(summarize(exc))  # reasons are shown to API clients: no paths
     except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
@@ -254,6 +278,7 @@ class Builder:
             max_frames=m.max_frames,
             bank_per_second=self.options.bank_per_second,
             bank_max=self.options.bank_max_frames,
+            frame_store=m.frame_store,
         )
 
     def plan(self, items: Sequence[SourceItem], stats: BuildStats) -> list[list[SourceItem]]:
@@ -377,7 +402,8 @@ class Builder:
                     waited = time.perf_counter() - t
                     fill()  # keep the pool busy while the model works on this batch
                     part = BuildStats()
-                    part.seconds["decode"] += sum(d.seconds for d in decoded)
+                    part.seconds["decode"] += sum(d.seconds - d.store_seconds for d in decoded)
+                    part.seconds["store"] += sum(d.store_seconds for d in decoded)
                     frames = sum(len(d.union) for d in decoded if d.union is not None)
                     entries = batch_encoder.process(decoded, part)
                     yield BatchResult(entries, part, frames, waited)
@@ -459,8 +485,11 @@ class BatchEncoder:
                     bank_indices=d.union[d.candidates],
                     bank_embeddings=banks[id(d)],
                     source_stat=d.source_stat,
+                    stored_frames=d.stored,
                 )
             )
+            if d.stored is not None:
+                stats.stored_bytes += d.stored.nbytes
             d.frames = None  # free the pixels early
         return entries
 

@@ -3,8 +3,8 @@
 
 Frames are decoded straight to the backbone's working size for each video: its aspect ratio kept,
 both sides multiples of 32, within the backbone's pixel budget (``models.backbone.working_size``).
-Frames are addressed by their index in the source video; nothing here copies frames to disk
-(paper §A.2).
+Frames are addressed by their index in the source video; nothing here writes frames to disk (the
+frame store, ``indexer/store/frames.py``, keeps the frame-bank frames' pixels when a build asks for it).
 """
 
 from __future__ import annotations
@@ -90,10 +90,15 @@ def decode_frames(path: str | os.PathLike, indices, *, size: tuple[int, int]) ->
     vr = _reader(path, size)
     if indices.min() < 0 or indices.max() >= len(vr):
         raise VideoError(f"frame index out of range 0..{len(vr) - 1}")
+    # in file order and each frame once: the decoder then moves forward through each GOP once
+    # instead of seeking back to a keyframe for every out-of-order request
+    wanted, inverse = np.unique(indices, return_inverse=True)
     try:
-        frames = vr.get_batch(indices.tolist()).asnumpy()
+        frames = vr.get_batch(wanted.tolist()).asnumpy()
     except Exception as exc:
         raise VideoError(f"decoding failed: {strip_paths(summarize(exc))}") from exc
+    if len(wanted) != len(indices) or not np.array_equal(wanted, indices):
+        frames = frames[inverse.reshape(-1)]
     return np.ascontiguousarray(frames, dtype=np.uint8)
 
 

@@ -55,9 +55,13 @@ _HEADER = struct.Struct("<2sBHHH")  # magic, codec, height, width, channels
 CODEC_RAW, CODEC_LZ4, CODEC_ZLIB = 0, 1, 2
 
 
-def frame_key(fingerprint: str, frame_index: int, size: tuple[int, int]) -> str:
-    """Cache key of one decoded frame: content fingerprint + frame index + working size (w x h)."""
-    return f"{fingerprint}:{int(frame_index)}:{int(size[0])}x{int(size[1])}"
+def frame_key(
+    fingerprint: str, frame_index: int, size: tuple[int, int], *, variant: str | None = None
+) -> str:
+    """Cache key of one frame: content fingerprint + frame index + working size (w x h), plus the
+    lossy frame-store codec it was read from (``variant``), whose pixels differ from decoded ones."""
+    key = f"{fingerprint}:{int(frame_index)}:{int(size[0])}x{int(size[1])}"
+    return key if variant is None else f"{key}:{variant}"
 
 
 def encode_frame(frame: np.ndarray, *, codec: int | None = None) -> bytes:

@@ -207,7 +207,8 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         backbone = loaded.backbone
         if backbone.frame_size != m.frame_size:
             logger.warning(
-                "working resolution %d differs from the index's %d: stage-2 frames are decoded at %d",
+                "working resolution %d differs from the index's %d: stage-2 frames are decoded at %d "
+                "(the index's frame store, at its own size, is not used)",
                 backbone.frame_size,
                 m.frame_size,
                 backbone.frame_size,
@@ -231,6 +232,7 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
         "embed_dim": m.embed_dim,
         "frame_size": backbone.frame_size,
         "cache": cache.backend,
+        "frame_store": m.frame_store,
         "rerank": "streaming head" if searcher.reranker.streaming else "one-shot",
         "rerank_head": rerank.fingerprint,
         "early_exit_gate": rerank.gate is not None,

@@ -44,6 +44,14 @@ class Metrics:
         self.frames_decoded = Counter(
             "qaslr_frames_decoded_total", "frames decoded from video files", registry=r
         )
+        self.frames_from_store = Counter(
+            "qaslr_frames_from_store_total", "frames read from the index's frame store", registry=r
+        )
+        self.frame_store_errors = Counter(
+            "qaslr_frame_store_errors_total",
+            "stored frames that could not be read (decoded from the source instead)",
+            registry=r,
+        )
         self.redis_errors = Counter(
             "qaslr_redis_errors_total",
             "Redis frame-cache errors (the search fell back to decoding)",
@@ -77,6 +85,8 @@ class Metrics:
         self.cache_hits.inc(result.cache_hits)
         self.cache_misses.inc(result.cache_misses)
         self.frames_decoded.inc(result.decoded_frames)
+        self.frames_from_store.inc(result.store_frames)
+        self.frame_store_errors.inc(result.store_errors)
         self._hits += result.cache_hits
         self._lookups += result.cache_hits + result.cache_misses
         if self._lookups:

@@ -5,7 +5,8 @@ For each of the R candidates j, given the query text and its embedding q:
 
     relevance_c = q · f_c over the C frame-bank embeddings f_c                    (selection)
     K' positions ~ Q-Frame(relevance on its own scale, seed(request, j)) (Eq. 2)  (selection)
-    those frames from the frame cache, else decoded from the source video        (decode)
+    those frames from the frame cache, else the index's frame store, else
+    decoded from the source video                                                (decode)
     encode them under the query (Eq. 4, c = the query):                          (encode, head)
         streaming (a rerank head, or the index's head): clips of L frames, all candidates' clips
         in shared backbone batches, step by step; the head's memory starts from H_0 shifted by q
@@ -144,6 +145,8 @@ class Reranker:
                 got = self.frames.get(
                     [(h.record, idx) for h, (idx, _, _) in zip(chunk, chosen, strict=True)], stats.frames
                 )
+            stats.warnings += stats.frames.notes
+            stats.frames.notes = []
             clips, ready = [], []
             for hit, sel, frames_or_error in zip(chunk, chosen, got, strict=True):
                 if isinstance(frames_or_error, Exception):

@@ -312,11 +312,18 @@ class Timings(BaseModel):
 
 
 class CacheStats(BaseModel):
+    """Where stage 2's frames came from: ``hits`` from the frame cache; each miss from the index's
+    frame store (``store_frames``) or decoded from the source video (``decoded_frames``)."""
+
     backend: str
-    hits: int = 0
-    misses: int = 0
-    decoded_frames: int = 0
-    errors: int = 0
+    hits: int = Field(0, description="frames served by the frame cache (Redis or in-process)")
+    misses: int = Field(0, description="frames not in the frame cache: store_frames + decoded_frames")
+    store_frames: int = Field(0, description="frames read from the index's frame store")
+    decoded_frames: int = Field(0, description="frames decoded from the source video files")
+    errors: int = Field(0, description="frame-cache errors (the search read or decoded instead)")
+    store_errors: int = Field(
+        0, description="stored frames that could not be read (damaged); decoded from the source instead"
+    )
 
 
 class SearchResponse(BaseModel):
@@ -346,7 +353,13 @@ class SearchResponse(BaseModel):
                         }
                     ],
                     "timings_ms": {"query_embed": 12.0, "faiss": 0.4, "total": 640.0},
-                    "cache": {"backend": "redis", "hits": 300, "misses": 20, "decoded_frames": 20},
+                    "cache": {
+                        "backend": "redis",
+                        "hits": 300,
+                        "misses": 20,
+                        "store_frames": 20,
+                        "decoded_frames": 0,
+                    },
                     "warnings": [],
                 }
             ]

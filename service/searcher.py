@@ -11,7 +11,8 @@ selected frames (chronological) with their frame-bank relevance, and its moment 
 streaming step that gained most similarity to q (or, one-shot, the best window of frames). In
 ``indexed`` mode the evidence is the top-K' frames of the bank by relevance.
 Scores are reproducible: selection is seeded per (request seed, candidate), and frames come from a
-lossless cache, so warm and cold requests give identical scores.
+cache that keeps exactly the pixels first read (decoded, or from the index's frame store), so warm
+and cold requests give identical scores.
 """
 
 from __future__ import annotations
@@ -144,8 +145,10 @@ class SearchOutcome:
     timings_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     cache_hits: int = 0
     cache_misses: int = 0
+    store_frames: int = 0
     decoded_frames: int = 0
     cache_errors: int = 0
+    store_errors: int = 0
     warnings: list[str] = field(default_factory=list)
 
 
@@ -219,8 +222,13 @@ class Searcher:
             raise ValueError(
                 f"the index was built with the {manifest.embedder!r} embedder but the encoder is {encoder.mode!r}"
             )
+        size = int(frame_size or manifest.frame_size)
         self.frames = FrameSource(
-            cache, frame_size=int(frame_size or manifest.frame_size), decode_workers=config.decode_workers
+            cache,
+            frame_size=size,
+            decode_workers=config.decode_workers,
+            # the index's stored pixels are at its own working size: another size decodes instead
+            store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
         )
         self.reranker = Reranker(
             rerank_encoder or encoder,
@@ -398,6 +406,7 @@ class Searcher:
                 f = stats.frames
                 result.cache_hits, result.cache_misses = f.cache_hits, f.cache_misses
                 result.decoded_frames, result.cache_errors = f.decoded_frames, f.cache_errors
+                result.store_frames, result.store_errors = f.store_frames, f.store_errors
                 result.warnings += stats.warnings
         if p.group_by == "clip":
             with clock.stage("selection"):

@@ -4,7 +4,8 @@ Rows are read by column name (``sqlite3.Row``), never by position. Table ``video
 per source video, indexed *and* failed: stable id, FAISS id, path, content fingerprint, fps, frame
 count, duration, size, user metadata (JSON), status, error, the final embedding (float32 bytes),
 the frame-bank location (file, row offset, row count), the candidate frame indices (int64 bytes),
-the commit sequence, the time it was indexed, and the source file's ``size:mtime_ns``. Table
+the commit sequence, the time it was indexed, the source file's ``size:mtime_ns``, and the
+frame-store location of the bank frames' pixels (file and first row; NULL when not kept). Table
 ``state`` holds counters (``next_faiss_id``, ``commit_seq``). A batch becomes part of the index in
 one transaction (:meth:`MetadataStore.commit_rows`).
 """
@@ -43,7 +44,9 @@ CREATE TABLE IF NOT EXISTS videos (
     frame_indices BLOB,
     commit_seq INTEGER NOT NULL,
     indexed_at TEXT NOT NULL,
-    source_stat TEXT
+    source_stat TEXT,
+    frames_file TEXT,
+    frames_offset INTEGER
 );
 CREATE INDEX IF NOT EXISTS videos_faiss ON videos(faiss_id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,8 +55,11 @@ CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 COLUMNS = (
     "id", "faiss_id", "path", "fingerprint", "fps", "num_frames", "duration_s", "width", "height",
     "metadata", "status", "error", "embedding", "bank_file", "bank_offset", "bank_count",
-    "frame_indices", "commit_seq", "indexed_at", "source_stat",
+    "frame_indices", "commit_seq", "indexed_at", "source_stat", "frames_file", "frames_offset",
 )  # fmt: skip
+# columns added after format version 1 was first written (an older store gains them when a writer
+# opens it; readers of an older store see NULL)
+_ADDED_COLUMNS = {"frames_file": "TEXT", "frames_offset": "INTEGER"}
 _RECORD_COLUMNS = ", ".join(COLUMNS[:12])
 _INSERT = (
     f"INSERT OR REPLACE INTO videos ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
@@ -83,6 +89,8 @@ class BankLocation:
     file: str
     offset: int
     count: int
+    frames_file: str | None = None  # the frame store's file of the same rows (None: pixels not kept)
+    frames_offset: int = 0
 
 
 def connect_readonly(path: Path, **kwargs) -> sqlite3.Connection:
@@ -149,6 +157,19 @@ class MetadataStore:
     def create_schema(self) -> None:
         with self.conn:
             self.conn.executescript(SCHEMA)
+            have = self._columns()
+            for name, kind in _ADDED_COLUMNS.items():
+                if name not in have:
+                    self.conn.execute(f"ALTER TABLE videos ADD COLUMN {name} {kind}")
+
+    def _columns(self) -> set[str]:
+        return {r["name"] for r in self.conn.execute("PRAGMA table_info(videos)")}
+
+    def _frames_columns(self) -> str:
+        """The frame-store columns to select (NULLs for a store written before they existed)."""
+        if set(_ADDED_COLUMNS) <= self._columns():
+            return "frames_file, frames_offset"
+        return "NULL AS frames_file, NULL AS frames_offset"
 
     # -- checks ----------------------------------------------------------------------------------
     def integrity_check(self) -> str:
@@ -232,15 +253,30 @@ class MetadataStore:
         rows = self.conn.execute("SELECT DISTINCT bank_file FROM videos WHERE bank_file IS NOT NULL")
         return {r["bank_file"] for r in rows}
 
+    def frames_files(self) -> set[str]:
+        rows = self.conn.execute(
+            f"SELECT DISTINCT frames_file FROM (SELECT {self._frames_columns()} FROM videos) "
+            "WHERE frames_file IS NOT NULL"
+        )
+        return {r["frames_file"] for r in rows}
+
     # -- the reader ------------------------------------------------------------------------------
     def records(self) -> Iterator[tuple[VideoRecord, BankLocation | None]]:
         """Every video with its frame-bank location (None for failed videos)."""
-        rows = self.conn.execute(f"SELECT {_RECORD_COLUMNS}, bank_file, bank_offset, bank_count FROM videos")
+        rows = self.conn.execute(
+            f"SELECT {_RECORD_COLUMNS}, bank_file, bank_offset, bank_count, {self._frames_columns()} FROM videos"
+        )
         for r in rows:
             rec = record_from_row(r)
             bank = None
             if rec.status == STATUS_INDEXED:
-                bank = BankLocation(r["bank_file"], int(r["bank_offset"] or 0), int(r["bank_count"] or 0))
+                bank = BankLocation(
+                    r["bank_file"],
+                    int(r["bank_offset"] or 0),
+                    int(r["bank_count"] or 0),
+                    r["frames_file"],
+                    int(r["frames_offset"] or 0),
+                )
             yield rec, bank
 
     def frame_indices(self, video_id: str) -> bytes | None:
@@ -255,16 +291,20 @@ class MetadataStore:
 
     # -- maintenance -----------------------------------------------------------------------------
     def status_summary(self) -> dict[str, dict]:
-        """status -> {videos, duration_s, bank_frames}."""
+        """status -> {videos, duration_s, bank_frames, stored_videos and stored_frames (in the frame store)}."""
         rows = self.conn.execute(
             "SELECT status, COUNT(*) AS n, COALESCE(SUM(duration_s), 0) AS duration, "
-            "COALESCE(SUM(bank_count), 0) AS frames FROM videos GROUP BY status"
+            "COALESCE(SUM(bank_count), 0) AS frames, COUNT(frames_file) AS stored, "
+            "COALESCE(SUM(CASE WHEN frames_file IS NOT NULL THEN bank_count END), 0) AS stored_frames "
+            f"FROM (SELECT status, duration_s, bank_count, {self._frames_columns()} FROM videos) GROUP BY status"
         )
         return {
             r["status"]: {
                 "videos": int(r["n"]),
                 "duration_s": float(r["duration"]),
                 "bank_frames": int(r["frames"]),
+                "stored_videos": int(r["stored"]),
+                "stored_frames": int(r["stored_frames"]),
             }
             for r in rows
         }
@@ -276,8 +316,8 @@ class MetadataStore:
     def verify_rows(self) -> list[sqlite3.Row]:
         """Every row with the columns ``indexer verify`` checks (read them by name)."""
         return self.conn.execute(
-            "SELECT id, faiss_id, status, num_frames, embedding, bank_file, bank_offset, bank_count, "
-            "frame_indices, fingerprint, path FROM videos"
+            "SELECT id, faiss_id, status, num_frames, width, height, embedding, bank_file, bank_offset, "
+            f"bank_count, frame_indices, fingerprint, path, {self._frames_columns()} FROM videos"
         ).fetchall()
 
     def set_path(self, video_id: str, path: str) -> None:
@@ -303,6 +343,34 @@ class MetadataStore:
         with self.conn:
             self.conn.executemany(
                 "UPDATE videos SET bank_file = ?, bank_offset = ? WHERE id = ?",
+                [(file, offset, vid) for vid, file, offset in moves],
+            )
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)",
+                [(k, str(v)) for k, v in state.items()],
+            )
+
+    def frames_usage(self) -> dict[str, list[tuple[str, int, int]]]:
+        """frame-store file -> the (id, first row, row count) of every video that references it, by
+        row (a video's stored frames are its frame-bank rows, so the count is its bank count)."""
+        out: dict[str, list[tuple[str, int, int]]] = {}
+        rows = self.conn.execute(
+            f"SELECT id, bank_count, {self._frames_columns()} FROM videos "
+            "ORDER BY frames_file, frames_offset"
+        )
+        for r in rows:
+            if r["frames_file"] is not None:
+                out.setdefault(r["frames_file"], []).append(
+                    (r["id"], int(r["frames_offset"]), int(r["bank_count"] or 0))
+                )
+        return out
+
+    def move_frames(self, moves: Sequence[tuple[str, str, int]], state: dict[str, int]) -> None:
+        """One transaction: point each (id, frame-store file, first row) at its new location and set
+        the ``state`` counters (the commit point of a frame-store compaction step)."""
+        with self.conn:
+            self.conn.executemany(
+                "UPDATE videos SET frames_file = ?, frames_offset = ? WHERE id = ?",
                 [(file, offset, vid) for vid, file, offset in moves],
             )
             self.conn.executemany(

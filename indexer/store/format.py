@@ -9,6 +9,9 @@ Files of one index directory (format version 1; docs/architecture.md describes e
                          from the embeddings in ``meta.sqlite``
     bank/bank-NNNNNNNN.npy
                          float16 [rows, d] frame-bank embeddings of one committed batch
+    frames/frames-NNNNNNNN.bin
+                         the frame store (``indexer.store.frames``): the pixels of that batch's
+                         frame-bank frames, when the index keeps them (manifest ``frame_store``)
 
 Every file is replaced atomically (``core.files``); the commit point of a batch is the SQLite
 transaction that references its bank file.
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND, Embedder, candidate_policy
+from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND, Embedder, FrameStore, candidate_policy
 from core.files import atomic_write
 
 FORMAT_VERSION = 1
@@ -69,6 +72,8 @@ class Manifest:
     counts: dict = field(default_factory=lambda: {STATUS_INDEXED: 0, STATUS_FAILED: 0})
     built_at: str = ""
     instruction: str | None = None
+    # a core.config.FrameStore value; indexes written before the frame store existed have "none"
+    frame_store: str = FrameStore.NONE
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -82,7 +87,7 @@ class Manifest:
                 "rebuild the index with this version of `indexer build`"
             )
         names = {f.name for f in fields(cls)}
-        missing = names - set(data) - {"instruction", "built_at"}
+        missing = names - set(data) - {"instruction", "built_at", "frame_store"}
         if missing:
             raise IndexFormatError(f"manifest.json lacks {sorted(missing)}")
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -124,6 +129,7 @@ class Manifest:
             "max_evidence",
             "candidate_policy",
             "instruction",
+            "frame_store",
         )
         return {k: getattr(self, k) for k in keys}
 
@@ -160,6 +166,7 @@ class Entry:
     bank_indices: np.ndarray | None = None  # [C] int64
     bank_embeddings: np.ndarray | None = None  # [C, d] float16
     source_stat: str | None = None  # "size:mtime_ns" of the source file when it was read
+    stored_frames: object = None  # indexer.store.frames.EncodedFrames: the bank frames' pixels
 
 
 def read_manifest(directory: str | os.PathLike) -> Manifest:

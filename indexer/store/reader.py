@@ -25,6 +25,7 @@ from indexer.store.format import (
     is_bank_file_name,
     read_manifest,
 )
+from indexer.store.frames import FramesFile, StoredFrameError, is_frames_file_name
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ class IndexReader:
                             raise IndexFormatError(
                                 f"{METADATA}: video {rec.id!r} names an invalid frame-bank file"
                             )
+                        if bank.frames_file is not None and not is_frames_file_name(bank.frames_file):
+                            raise IndexFormatError(
+                                f"{METADATA}: video {rec.id!r} names an invalid frame-store file"
+                            )
                         self._banks[rec.id] = bank
             except BaseException:
                 self._db.close()
@@ -70,6 +75,7 @@ class IndexReader:
             STATUS_FAILED: sum(r.status == STATUS_FAILED for r in self._records.values()),
         }
         self._memmaps: dict[str, np.ndarray] = {}
+        self._frames_files: dict[str, FramesFile | StoredFrameError] = {}
         try:
             self._index = fx.read_faiss(self.directory / FAISS_FILE)
             if self._index.d != self.manifest.embed_dim:
@@ -193,6 +199,49 @@ class IndexReader:
             embeddings=arr[loc.offset : loc.offset + loc.count],
         )
 
+    # -- the frame store ---------------------------------------------------------------------------
+    @property
+    def frame_store(self) -> str:
+        """The codec this index keeps its frame-bank pixels in (``none``: it keeps none)."""
+        return self.manifest.frame_store
+
+    def stored_rows(self, video_id: str, frame_indices) -> np.ndarray:
+        """For each frame index: its row in the video's frame store, or -1 where the store has no
+        pixels for it (a frame outside the bank, a video or index without a store)."""
+        wanted = np.asarray(frame_indices, dtype=np.int64)
+        loc = self._banks.get(video_id)
+        if loc is None or loc.frames_file is None or wanted.size == 0:
+            return np.full(wanted.shape, -1, dtype=np.int64)
+        with self._lock:
+            blob = self._db.frame_indices(video_id)
+        bank = np.frombuffer(blob or b"", dtype=np.int64)
+        pos = np.clip(np.searchsorted(bank, wanted), 0, max(len(bank) - 1, 0))
+        found = (pos < len(bank)) & (bank[pos] == wanted) if len(bank) else np.zeros(wanted.shape, bool)
+        return np.where(found, pos, -1)
+
+    def read_stored_frame(self, video_id: str, row: int) -> np.ndarray:
+        """The stored pixels [h, w, 3] of frame-bank row ``row`` of a video; StoredFrameError when
+        the frame store cannot give them (missing or damaged file, CRC mismatch, undecodable)."""
+        loc = self._banks.get(video_id)
+        if loc is None or loc.frames_file is None or not 0 <= row < loc.count:
+            raise StoredFrameError(f"no stored frame {row} for video {video_id!r}")
+        with self._lock:
+            f = self._frames_files.get(loc.frames_file)
+            if f is None:
+                try:
+                    f = FramesFile(self.directory / loc.frames_file)
+                    if f.codec != self.manifest.frame_store:
+                        raise StoredFrameError(
+                            f"{loc.frames_file} holds {f.codec}, the manifest says "
+                            f"{self.manifest.frame_store}"
+                        )
+                except StoredFrameError as exc:
+                    f = exc  # remembered: a damaged file is not reopened for every frame
+                self._frames_files[loc.frames_file] = f
+        if isinstance(f, StoredFrameError):
+            raise StoredFrameError(str(f))
+        return f.read(loc.frames_offset + int(row))
+
     def embedding(self, video_id: str) -> np.ndarray:
         """The stored final embedding v_j [d] float32 (exactly what FAISS was given)."""
         with self._lock:
@@ -204,4 +253,8 @@ class IndexReader:
     def close(self) -> None:
         with self._lock:
             self._memmaps.clear()
+            for f in self._frames_files.values():
+                if isinstance(f, FramesFile):
+                    f.close()
+            self._frames_files.clear()
             self._db.close()

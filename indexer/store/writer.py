@@ -1,8 +1,8 @@
 """``IndexWriter``: creates or reopens an index directory and commits batches of videos atomically.
 
-Crash safety: a batch's bank file is renamed into place before the SQLite transaction that
-references it, so the commit point is the SQLite commit and a crash loses at most the batch in
-flight; anything written before that commit and not referenced by it is an orphan that the next
+Crash safety: a batch's bank file (and its frame-store file, when the index keeps frames) is
+renamed into place before the SQLite transaction that references it, so the commit point is the
+SQLite commit and a crash loses at most the batch in flight; anything written before that commit and not referenced by it is an orphan that the next
 writer deletes. FAISS follows the metadata store in memory and is checkpointed now and then: it is
 derived data, repaired from the stored embeddings whenever it lags.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.config import FrameStore
 from core.errors import describe
 from core.files import TMP_SUFFIX, atomic_write
 from indexer.store import faiss_index as fx
@@ -39,6 +40,7 @@ from indexer.store.format import (
     require_same_settings,
     write_manifest,
 )
+from indexer.store.frames import FRAMES_DIR, check_codec, frames_file_bytes, frames_file_name
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class IndexWriter:
         self.manifest = manifest
         self.db = db
         (directory / BANK_DIR).mkdir(exist_ok=True)
+        (directory / FRAMES_DIR).mkdir(exist_ok=True)
         self._cleanup_orphans()
         self._dirty = False
         self._index = self._load_or_rebuild_faiss()
@@ -72,6 +75,7 @@ class IndexWriter:
                 f"{directory} is not empty and has no {MANIFEST}; refusing to write an index into it"
             )
         manifest.format_version = FORMAT_VERSION
+        manifest.frame_store = str(check_codec(manifest.frame_store))
         manifest.faiss_factory = fx.normalize_factory(manifest.faiss_factory)
         manifest.built_at = manifest.built_at or now()
         db = MetadataStore.open_rw(directory / METADATA)
@@ -96,8 +100,8 @@ class IndexWriter:
 
     # writes -------------------------------------------------------------------------------------
     def commit(self, entries: Sequence[Entry]) -> None:
-        """Make a batch part of the index: bank file first (renamed into place), then one SQLite
-        transaction (the commit point), then the manifest counts. FAISS follows in memory and is
+        """Make a batch part of the index: bank file and frame-store file first (renamed into place),
+        then one SQLite transaction (the commit point), then the manifest counts. FAISS follows in memory and is
         checkpointed by :meth:`checkpoint`."""
         if not entries:
             return
@@ -106,11 +110,13 @@ class IndexWriter:
         next_id = self.db.state("next_faiss_id")
         bank_name = bank_file_name(seq)
         banks = [e.bank_embeddings for e in entries if e.record.status == STATUS_INDEXED]
+        store = self.manifest.frame_store
+        frames_name, stored, frames_off = frames_file_name(seq), [], 0
         rows, offset, new_vectors, new_ids = [], 0, [], []
         stamp = now()
         for e in entries:
             r = e.record
-            emb = bank_file = bank_off = bank_cnt = idx_blob = None
+            emb = bank_file = bank_off = bank_cnt = idx_blob = frames_file = frames_row = None
             faiss_id = -1
             if r.status == STATUS_INDEXED:
                 if e.embedding is None or e.bank_embeddings is None or e.bank_indices is None:
@@ -124,6 +130,12 @@ class IndexWriter:
                 bank_file, bank_off, bank_cnt = bank_name, offset, len(e.bank_indices)
                 idx_blob = np.asarray(e.bank_indices, dtype=np.int64).tobytes()
                 offset += bank_cnt
+                if e.stored_frames is not None and store != FrameStore.NONE:
+                    if len(e.stored_frames.blobs) != bank_cnt:
+                        raise ValueError(f"stored frames of {r.id!r} do not match its frame bank")
+                    stored.append(e.stored_frames)
+                    frames_file, frames_row = frames_name, frames_off
+                    frames_off += bank_cnt
                 new_vectors.append(vec)
                 new_ids.append(faiss_id)
             r.faiss_id = faiss_id
@@ -149,11 +161,15 @@ class IndexWriter:
                     "commit_seq": seq,
                     "indexed_at": stamp,
                     "source_stat": e.source_stat,
+                    "frames_file": frames_file,
+                    "frames_offset": frames_row,
                 }
             )
         if banks:
             data = np.concatenate([np.asarray(b, dtype=np.float16) for b in banks])
             atomic_write(self.directory / bank_name, npy_bytes(data))
+        if stored:
+            atomic_write(self.directory / frames_name, frames_file_bytes(stored, store))
         # a re-indexed id (changed content) replaces its old row; its old vector leaves FAISS
         old = self.db.commit_rows(rows, {"commit_seq": seq, "next_faiss_id": next_id})
         if old:
@@ -295,22 +311,28 @@ class IndexWriter:
     def _cleanup_orphans(self) -> None:
         for tmp in self.directory.glob(f".*{TMP_SUFFIX}"):
             tmp.unlink(missing_ok=True)
-        for tmp in (self.directory / BANK_DIR).glob(f".*{TMP_SUFFIX}"):
-            tmp.unlink(missing_ok=True)
+        for folder in (BANK_DIR, FRAMES_DIR):
+            for tmp in (self.directory / folder).glob(f".*{TMP_SUFFIX}"):
+                tmp.unlink(missing_ok=True)
         self._collect_unreferenced_banks()
 
     def _collect_unreferenced_banks(self) -> None:
-        used = self.db.bank_files()
-        for f in (self.directory / BANK_DIR).glob("bank-*.npy"):
-            if f"{BANK_DIR}/{f.name}" not in used:
-                f.unlink(missing_ok=True)
+        """Delete bank and frame-store files that no row references (orphans of an interrupted
+        commit, or files whose every video was removed)."""
+        for folder, pattern, used in (
+            (BANK_DIR, "bank-*.npy", self.db.bank_files()),
+            (FRAMES_DIR, "frames-*.bin", self.db.frames_files()),
+        ):
+            for f in (self.directory / folder).glob(pattern):
+                if f"{folder}/{f.name}" not in used:
+                    f.unlink(missing_ok=True)
 
 
 def _only_leftovers_of_a_new_index(directory: Path) -> bool:
     """True for an empty directory, or one left by a crash inside :meth:`IndexWriter.create` before
     its manifest was written (only our own files, and a metadata store without videos)."""
     names = {p.name for p in directory.iterdir() if not p.name.startswith(".")}
-    if not names <= {BANK_DIR, METADATA, FAISS_FILE}:
+    if not names <= {BANK_DIR, FRAMES_DIR, METADATA, FAISS_FILE}:
         return False
     if METADATA in names:
         try:

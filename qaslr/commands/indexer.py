@@ -43,11 +43,14 @@ from core.config import (
     BANK_MAX_FRAMES,
     BANK_PER_SECOND,
     DEFAULT_CLIP_LEN,
+    DEFAULT_FRAME_STORE,
     DEFAULT_MAX_EVIDENCE,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MODEL_ID,
     FAISS_EXACT_MAX_VECTORS,
+    FRAME_STORE_JPEG_QUALITY,
     Embedder,
+    FrameStore,
     candidate_policy,
 )
 from core.logs import configure_logging
@@ -154,6 +157,16 @@ def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
             type=float,
             default=BANK_PER_SECOND,
             help=f"frame bank: candidate frames per second of video (default {BANK_PER_SECOND})",
+        )
+        g.add_argument(
+            "--frame-store",
+            choices=tuple(FrameStore),
+            default=None,
+            help="keep the frame-bank frames' pixels in the index, so that search stage 2 never decodes the "
+            f"source video: {FrameStore.JPEG} (quality {FRAME_STORE_JPEG_QUALITY}, small, scores within a "
+            f"tolerance), {FrameStore.PNG} or {FrameStore.LZ4} (lossless, larger), or {FrameStore.NONE} "
+            f"(decode from the source at search time). Default: the index's, else {DEFAULT_FRAME_STORE}; "
+            "`indexer stats` reports the cost per video",
         )
         g.add_argument(
             "--faiss-factory",
@@ -426,6 +439,7 @@ def run_build(args) -> int:
         candidate_policy=candidate_policy(args.bank_per_second, args.bank_frames),
         faiss_factory=args.faiss_factory or default_factory(len(items), args.faiss_exact_max),
         instruction=args.instruction,
+        frame_store=args.frame_store or _existing_frame_store(args.index) or DEFAULT_FRAME_STORE,
     )
     try:
         writer = IndexWriter.create(args.index, manifest)
@@ -438,6 +452,16 @@ def run_build(args) -> int:
         args.index_dir, args.link = args.index, args.publish
         return run_publish(args)
     return code
+
+
+def _existing_frame_store(index_dir) -> str | None:
+    """The frame store of the index being resumed or extended (None for a new directory)."""
+    from indexer.store import IndexFormatError, read_manifest
+
+    try:
+        return read_manifest(index_dir).frame_store
+    except IndexFormatError:
+        return None
 
 
 def run_add(args) -> int:
@@ -688,9 +712,18 @@ def run_stats(args) -> int:
     )
     print(f"  videos: {stats['indexed']} indexed ({stats['indexed_hours']:.2f} h), {stats['failed']} failed")
     print(f"  frame bank: {stats['bank_frames']} frames")
+    fs = stats["frame_store"]
+    if fs["codec"] == FrameStore.NONE:
+        print("  frame store: none (stage 2 decodes frames from the source videos)")
+    else:
+        print(
+            f"  frame store: {fs['codec']}, {fs['videos']} video(s), {fs['bytes'] / 1e6:.2f} MB: "
+            f"{fs['bytes_per_video'] / 1e6:.2f} MB per video, {fs['bytes_per_frame'] / 1e3:.1f} kB per frame"
+        )
     b = stats["bytes"]
     print(
-        f"  size: {b['total'] / 1e6:.2f} MB (FAISS {b['faiss'] / 1e6:.2f}, metadata {b['metadata'] / 1e6:.2f}, frame bank {b['frame_bank'] / 1e6:.2f})"
+        f"  size: {b['total'] / 1e6:.2f} MB (FAISS {b['faiss'] / 1e6:.2f}, metadata {b['metadata'] / 1e6:.2f}, "
+        f"frame bank {b['frame_bank'] / 1e6:.2f}, frame store {b['frame_store'] / 1e6:.2f})"
     )
     for reason, n in stats["failure_reasons"].items():
         print(f"  failed ({n}): {reason}")

@@ -59,7 +59,8 @@ BAD = {"truncated.mp4", "notes.mp4", "empty.mkv", "unknown_codec.mkv"}
 
 
 def _snapshot(directory):
-    """Everything a resumed build must reproduce: records, embeddings, banks, manifest settings."""
+    """Everything a resumed build must reproduce: records, embeddings, banks, stored frames, manifest
+    settings."""
     with IndexReader(directory) as r:
         out = {}
         for v in r.videos(status=None):
@@ -70,6 +71,10 @@ def _snapshot(directory):
                     embedding=r.embedding(v.id).tobytes(),
                     bank_indices=bank.frame_indices.tolist(),
                     bank=np.asarray(bank.embeddings).tobytes(),
+                    stored=[  # the frame store (the default build keeps one): the same pixels
+                        r.read_stored_frame(v.id, int(row)).tobytes()
+                        for row in r.stored_rows(v.id, bank.frame_indices)
+                    ],
                 )
             out[v.id] = item
         manifest = {k: v for k, v in vars(r.manifest).items() if k != "built_at"}

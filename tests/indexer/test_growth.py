@@ -92,12 +92,17 @@ def test_compact_reclaims_removed_frames_and_keeps_answers(videos, tiny_checkpoi
     assert main(["remove", "v1.mp4", "--index", str(index)]) == 0
     (bank_file,) = (index / "bank").glob("bank-*.npy")
     rows_before = np.load(bank_file, mmap_mode="r").shape[0]
-    before = _answers(index)
+    (frames_file,) = (index / "frames").glob("frames-*.bin")  # the default build keeps a frame store
+    frames_bytes_before = frames_file.stat().st_size
+    before, pixels_before = _answers(index), _stored_pixels(index)
     capsys.readouterr()
 
     assert main(["compact", "--index", str(index)]) == 0
     out = capsys.readouterr().out
-    assert "1 file(s) rewritten" in out
+    assert "frame bank: 1 file(s) rewritten" in out and "frame store: 1 file(s) rewritten" in out
+    (new_frames,) = (index / "frames").glob("frames-*.bin")
+    assert new_frames.name != frames_file.name and new_frames.stat().st_size < frames_bytes_before
+    assert _stored_pixels(index) == pixels_before  # the surviving videos' stored frames, bit for bit
     (new_file,) = (index / "bank").glob("bank-*.npy")
     assert new_file.name != bank_file.name and not bank_file.exists()
     with IndexReader(index) as r:
@@ -109,6 +114,16 @@ def test_compact_reclaims_removed_frames_and_keeps_answers(videos, tiny_checkpoi
 
     assert main(["compact", "--index", str(index)]) == 0  # nothing left to do: a no-op
     assert "0 file(s) rewritten" in capsys.readouterr().out and _answers(index) == before
+    assert _stored_pixels(index) == pixels_before
+
+
+def _stored_pixels(index) -> dict[str, list[bytes]]:
+    """Every indexed video's stored frame-bank pixels."""
+    with IndexReader(index) as r:
+        return {
+            v.id: [r.read_stored_frame(v.id, row).tobytes() for row in range(len(r.frame_bank(v.id).frame_indices))]
+            for v in r.videos()
+        }
 
 
 CRASH_IN_COMPACT = """

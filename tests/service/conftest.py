@@ -18,7 +18,10 @@ import pytest
 from tests.helpers import free_port
 
 NUM_VIDEOS = 8
+# these indexes keep no frame store, so stage 2 decodes from the source (the cache and decode paths);
+# tests/service/test_frame_store.py builds indexes with one
 BUILD_FLAGS = ["-K", "16", "-L", "4", "--bank-per-second", "4", "--no-progress", "--workers", "1"]
+BUILD_FLAGS += ["--frame-store", "none"]
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +38,7 @@ def service_corpus(tmp_path_factory, video_factory) -> Path:
     return manifest
 
 
-def _build(source: Path, index: Path, model: Path, head: Path | None) -> Path:
+def _build(source: Path, index: Path, model: Path, head: Path | None, *, flags=BUILD_FLAGS) -> Path:
     cmd = [
         sys.executable,
         "-m",
@@ -49,7 +52,7 @@ def _build(source: Path, index: Path, model: Path, head: Path | None) -> Path:
     ]
     if head is not None:
         cmd += ["--head", str(head)]
-    done = subprocess.run(cmd + BUILD_FLAGS, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd + list(flags), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return index
 
