@@ -77,6 +77,9 @@ def compact(writer: IndexWriter, *, exact_max: int = fx.EXACT_MAX_VECTORS) -> Co
     report = CompactReport(bytes_before=directory_bytes(directory))
     _compact_banks(writer, report)
     _compact_frames(writer, report)
+    # files no row references at all (every video of their batch removed), if any are left
+    deleted = writer.collect_unreferenced_files()
+    report.bank_files_deleted, report.frames_files_deleted = deleted[BANK_DIR], deleted[FRAMES_DIR]
     n = writer.counts()["indexed"]
     current = writer.manifest.faiss_factory
     switch = fx.automatic_switch(current, n, exact_max)
@@ -91,63 +94,58 @@ def compact(writer: IndexWriter, *, exact_max: int = fx.EXACT_MAX_VECTORS) -> Co
 
 
 def _compact_banks(writer: IndexWriter, report: CompactReport) -> None:
-    directory, db = writer.directory, writer.db
-    usage = db.bank_usage()
-    for name in sorted(usage):
-        live = usage[name]
-        path = directory / name
+    def rows(path: Path) -> int:
+        return len(np.load(path, mmap_mode="r", allow_pickle=False))
+
+    def rewrite(path: Path, live) -> tuple[bytes, list[int]]:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        used, total = sum(count for _, _, count in live), len(arr)
-        if used == total:
-            continue
-        seq = db.state("commit_seq") + 1
-        new_name = bank_file_name(seq)
-        moves, parts, offset = [], [], 0
-        for vid, first, count in live:
-            parts.append(np.asarray(arr[first : first + count]))
-            moves.append((vid, new_name, offset))
-            offset += count
+        parts = [np.asarray(arr[first : first + count]) for _, first, count in live]
         data = np.concatenate(parts) if parts else np.zeros((0, arr.shape[1]), arr.dtype)
-        del arr  # the memory map of the old file
-        atomic_write(directory / new_name, npy_bytes(data))
-        db.move_banks(moves, {"commit_seq": seq})  # the commit point of this step
-        path.unlink(missing_ok=True)
-        report.bank_files_rewritten += 1
-        report.bank_rows_dropped += total - used
-    # files no row references at all (every video of their batch removed), if any are left
-    used_files = db.bank_files()
-    for f in (directory / BANK_DIR).glob("bank-*.npy"):
-        if f"{BANK_DIR}/{f.name}" not in used_files:
-            f.unlink(missing_ok=True)
-            report.bank_files_deleted += 1
+        return npy_bytes(data), list(np.cumsum([0] + [c for _, _, c in live])[:-1])
+
+    done = _rewrite_files(writer, writer.db.bank_usage(), rows, rewrite, bank_file_name, writer.db.move_banks)
+    report.bank_files_rewritten, report.bank_rows_dropped = done
 
 
 def _compact_frames(writer: IndexWriter, report: CompactReport) -> None:
-    directory, db = writer.directory, writer.db
-    usage = db.frames_usage()
-    for name in sorted(usage):
-        live = usage[name]
-        path = directory / name
+    def rows(path: Path) -> int:
         source = FramesFile(path)
-        try:
-            used, total = sum(count for _, _, count in live), source.rows
-            if used == total:
-                continue
-            data, starts = copy_rows(source, [(first, count) for _, first, count in live])
+        source.close()
+        return source.rows
+
+    def rewrite(path: Path, live) -> tuple[bytes, list[int]]:
+        source = FramesFile(path)
+        try:  # rows copied bytes and CRCs unchanged, nothing decoded
+            return copy_rows(source, [(first, count) for _, first, count in live])
         finally:
             source.close()
+
+    done = _rewrite_files(
+        writer, writer.db.frames_usage(), rows, rewrite, frames_file_name, writer.db.move_frames
+    )
+    report.frames_files_rewritten, report.frames_rows_dropped = done
+
+
+def _rewrite_files(writer: IndexWriter, usage: dict, rows, rewrite, name_for, move) -> tuple[int, int]:
+    """For each per-batch file (bank or frame store) holding rows no video references: write a new
+    file with only the referenced rows (``rewrite(path, live) -> (bytes, new first rows)``), then
+    ``move`` those videos to it in one transaction (the commit point), then delete the old file.
+    Returns (files rewritten, rows dropped)."""
+    directory, db = writer.directory, writer.db
+    rewritten = dropped = 0
+    for name in sorted(usage):
+        live = usage[name]  # (id, first row, row count), by row
+        path = directory / name
+        used, total = sum(count for _, _, count in live), rows(path)
+        if used == total:
+            continue
+        data, starts = rewrite(path, live)
         seq = db.state("commit_seq") + 1
-        new_name = frames_file_name(seq)
+        new_name = name_for(seq)
         atomic_write(directory / new_name, data)
-        db.move_frames(
-            [(vid, new_name, int(start)) for (vid, _, _), start in zip(live, starts, strict=True)],
-            {"commit_seq": seq},
-        )  # the commit point of this step
+        moves = [(vid, new_name, int(start)) for (vid, _, _), start in zip(live, starts, strict=True)]
+        move(moves, {"commit_seq": seq})  # the commit point of this step
         path.unlink(missing_ok=True)
-        report.frames_files_rewritten += 1
-        report.frames_rows_dropped += total - used
-    used_files = db.frames_files()
-    for f in (directory / FRAMES_DIR).glob("frames-*.bin"):
-        if f"{FRAMES_DIR}/{f.name}" not in used_files:
-            f.unlink(missing_ok=True)
-            report.frames_files_deleted += 1
+        rewritten += 1
+        dropped += total - used
+    return rewritten, dropped

@@ -340,23 +340,14 @@ class MetadataStore:
     def move_banks(self, moves: Sequence[tuple[str, str, int]], state: dict[str, int]) -> None:
         """One transaction: point each (id, bank file, first row) at its new frame-bank location and
         set the ``state`` counters (the commit point of a compaction step)."""
-        with self.conn:
-            self.conn.executemany(
-                "UPDATE videos SET bank_file = ?, bank_offset = ? WHERE id = ?",
-                [(file, offset, vid) for vid, file, offset in moves],
-            )
-            self.conn.executemany(
-                "INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)",
-                [(k, str(v)) for k, v in state.items()],
-            )
+        self._move_rows("bank_file", "bank_offset", moves, state)
 
     def frames_usage(self) -> dict[str, list[tuple[str, int, int]]]:
         """frame-store file -> the (id, first row, row count) of every video that references it, by
         row (a video's stored frames are its frame-bank rows, so the count is its bank count)."""
         out: dict[str, list[tuple[str, int, int]]] = {}
         rows = self.conn.execute(
-            f"SELECT id, bank_count, {self._frames_columns()} FROM videos "
-            "ORDER BY frames_file, frames_offset"
+            f"SELECT id, bank_count, {self._frames_columns()} FROM videos ORDER BY frames_file, frames_offset"
         )
         for r in rows:
             if r["frames_file"] is not None:
@@ -368,9 +359,12 @@ class MetadataStore:
     def move_frames(self, moves: Sequence[tuple[str, str, int]], state: dict[str, int]) -> None:
         """One transaction: point each (id, frame-store file, first row) at its new location and set
         the ``state`` counters (the commit point of a frame-store compaction step)."""
+        self._move_rows("frames_file", "frames_offset", moves, state)
+
+    def _move_rows(self, file_col: str, offset_col: str, moves, state: dict[str, int]) -> None:
         with self.conn:
             self.conn.executemany(
-                "UPDATE videos SET frames_file = ?, frames_offset = ? WHERE id = ?",
+                f"UPDATE videos SET {file_col} = ?, {offset_col} = ? WHERE id = ?",  # our column names
                 [(file, offset, vid) for vid, file, offset in moves],
             )
             self.conn.executemany(

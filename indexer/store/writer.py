@@ -188,7 +188,7 @@ class IndexWriter:
             self._remove_from_faiss(fids)
         self._write_manifest()
         self.checkpoint()
-        self._collect_unreferenced_banks()
+        self.collect_unreferenced_files()
         return [i for i in ids if i not in found]
 
     def checkpoint(self) -> None:
@@ -314,18 +314,22 @@ class IndexWriter:
         for folder in (BANK_DIR, FRAMES_DIR):
             for tmp in (self.directory / folder).glob(f".*{TMP_SUFFIX}"):
                 tmp.unlink(missing_ok=True)
-        self._collect_unreferenced_banks()
+        self.collect_unreferenced_files()
 
-    def _collect_unreferenced_banks(self) -> None:
+    def collect_unreferenced_files(self) -> dict[str, int]:
         """Delete bank and frame-store files that no row references (orphans of an interrupted
-        commit, or files whose every video was removed)."""
+        commit, or files whose every video was removed); returns how many per folder."""
+        deleted = {}
         for folder, pattern, used in (
             (BANK_DIR, "bank-*.npy", self.db.bank_files()),
             (FRAMES_DIR, "frames-*.bin", self.db.frames_files()),
         ):
+            deleted[folder] = 0
             for f in (self.directory / folder).glob(pattern):
                 if f"{folder}/{f.name}" not in used:
                     f.unlink(missing_ok=True)
+                    deleted[folder] += 1
+        return deleted
 
 
 def _only_leftovers_of_a_new_index(directory: Path) -> bool:
