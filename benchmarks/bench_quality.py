@@ -324,8 +324,12 @@ def main(argv=None) -> int:
         rows = [per_seed[s][mode] for s in args.seeds]
         cells = [fmt([r.get(k, float("nan")) for r in rows], pct) for k, _, pct in shown]
         print(f"| {mode} | " + " | ".join(cells) + " |")
-    print("\nwhere the time goes: median ms per query and stage (the searcher's own timings), mean over seeds")
-    stage_names = [k for k in STAGES if any(k in per_seed[s][m].get("stages_ms", {}) for s in args.seeds for m in modes)]
+    print(
+        "\nwhere the time goes: median ms per query and stage (the searcher's own timings), mean over seeds"
+    )
+    stage_names = [
+        k for k in STAGES if any(k in per_seed[s][m].get("stages_ms", {}) for s in args.seeds for m in modes)
+    ]
     print("| mode | " + " | ".join(stage_names) + " |")
     print("|---|" + "---|" * len(stage_names))
     for mode in modes:

@@ -83,6 +83,19 @@ class StreamingHeadConfig:
     # Where the query text went in the backbone prompt when this head was trained on query-conditioned
     # evidence (core.config.TextConditioning: none, after, before); the encoder uses the same.
     text_conditioning: str = "after"
+    # One learnable "nothing here" evidence token appended to every clip's bank (our addition to
+    # Eq. 7, off in the paper's form). Softmax attention must spend all of its weight on the clip's
+    # evidence, so every clip moves the memory about as much; with the sink, a think token can
+    # attend to it instead, and a clip that does not match the query leaves the memory nearly
+    # untouched. That makes "keep the clip where the event was" learnable, which the query-
+    # conditioned rerank head needs (training/README.md, two-stage recipe).
+    evidence_sink: bool = False
+    # Initialise the path that carries evidence to the readout as the identity (the attention
+    # projections, the conditioning projection P_c and W; needs D >= d) instead of N(0, 0.02): the
+    # untrained head then reads out roughly the query-weighted sum of the clips' states, so training
+    # starts from an embedding in the backbone's own space rather than from noise. An
+    # initialisation choice (the paper does not give one); the equations are unchanged.
+    identity_init: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "embed_dim", "num_think_tokens", "max_evidence_tokens", "num_heads"):
@@ -98,6 +111,8 @@ class StreamingHeadConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if not self.init_temperature > 0:
             raise ValueError(f"init_temperature must be positive, got {self.init_temperature}")
+        if self.identity_init and self.hidden_size < self.embed_dim:
+            raise ValueError("identity_init needs hidden_size >= embed_dim")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -188,6 +203,7 @@ class StreamingHead(nn.Module):
         self.think_tokens = nn.Parameter(torch.empty(config.num_think_tokens, dim))  # H_0, Eq. 6
         self.blocks = nn.ModuleList(UpdateBlock(config) for _ in range(config.depth))
         self.embed_token = nn.Parameter(torch.empty(1, dim))  # e, Eq. 9
+        self.sink_token = nn.Parameter(torch.empty(1, dim)) if config.evidence_sink else None
         # P_c: conditioning input c = q [d] -> a shift of H_0 [D] (only with query_conditioning)
         self.query_proj = nn.Linear(config.embed_dim, dim) if config.query_conditioning else None
         self.readout_attn = CrossAttention(dim, config.num_heads, config.dropout)
@@ -208,6 +224,19 @@ class StreamingHead(nn.Module):
                 nn.init.zeros_(module.bias)
         nn.init.normal_(self.think_tokens, std=0.02)
         nn.init.normal_(self.embed_token, std=0.02)
+        if self.sink_token is not None:
+            nn.init.normal_(self.sink_token, std=0.02)
+        if self.config.identity_init:
+            with torch.no_grad():
+                attns = [block.attn for block in self.blocks] + [self.readout_attn]
+                for linear in (lin for a in attns for lin in (a.q_proj, a.k_proj, a.v_proj, a.out_proj)):
+                    linear.weight.copy_(torch.eye(linear.weight.shape[0]))
+                d = self.config.embed_dim
+                self.proj.weight.zero_()
+                self.proj.weight[:, :d] = torch.eye(d)  # W = [I_d, 0]: z = the first d dims of r
+                if self.query_proj is not None:
+                    self.query_proj.weight.zero_()
+                    self.query_proj.weight[:d] = torch.eye(d)  # P_c = [I_d; 0]
         with torch.no_grad():
             self.log_temperature.fill_(math.log(self.config.init_temperature))
 
@@ -249,6 +278,10 @@ class StreamingHead(nn.Module):
         # Give empty rows one dummy key so attention stays finite; their result is discarded below.
         safe_mask = evidence_mask.clone()
         safe_mask[:, 0] |= ~has_evidence
+        if self.sink_token is not None:  # [B, M + 1, D]: the clip's evidence, then the sink
+            sink = self.sink_token.to(evidence.dtype).expand(evidence.shape[0], 1, -1)
+            evidence = torch.cat([evidence, sink], dim=1)
+            safe_mask = torch.cat([safe_mask, safe_mask.new_ones(safe_mask.shape[0], 1)], dim=1)
         new = state
         for block in self.blocks:
             new = block(new, evidence, safe_mask)

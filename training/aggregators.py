@@ -175,10 +175,14 @@ def build_model(
     seed: int = 0,
     query_conditioning: bool = False,
     text_conditioning: str = "after",
+    evidence_sink: bool = False,
+    identity_init: bool = False,
 ) -> nn.Module:
     """A freshly initialised aggregator of ``kind`` (qaslr | mean | gru | transformer). For a QASLR
     head, ``query_conditioning`` adds the query as its conditioning input and ``text_conditioning``
-    records where the query text sat in the backbone prompt of its training features."""
+    records where the query text sat in the backbone prompt of its training features; ``evidence_sink``
+    appends the learnable "nothing here" evidence token and ``identity_init`` starts the evidence path
+    from the identity (``StreamingHeadConfig``)."""
     if kind not in KINDS:
         raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
     # Default heads: up to 16 with at least 16 dimensions each (16 at D = 2048; 4 at the tiny D = 64).
@@ -196,6 +200,8 @@ def build_model(
             init_temperature=init_temperature,
             query_conditioning=query_conditioning,
             text_conditioning=str(text_conditioning),
+            evidence_sink=evidence_sink,
+            identity_init=identity_init,
         )
         return create_head(config, seed=seed)
     with torch.random.fork_rng(devices=[]):

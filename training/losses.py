@@ -5,6 +5,16 @@
     L_distill = 1/Z sum_{i in S} sum_{t < T_i} [1 - z_i^(t) . sg(z_i^(T_i))],  0 when Z = 0 (Eq. 13)
     L         = L_final + lambda_step L_step + lambda_distill L_distill                     (Eq. 14)
 
+Two-stage recipe only (our addition, not in the paper): L_clip, a distillation from the backbone's
+original pathway. For a candidate encoded under query q with per-clip backbone embeddings u_1..u_T
+(each clip's own pooled embedding, the last state of its evidence bank), the teacher after step t is
+
+    y_t = normalize( sum_{s <= t} softmax_s(q . u_s / tau_clip) u_s )
+    L_clip = 1/Z sum_{i, t valid} [1 - z_i^(t) . y_i^(t)]                                   (ours)
+
+the query-weighted pooling of the clips seen so far. Contrastive pairs alone are few; this target
+exists for every (query, candidate) pair, labelled or not, and says where a brief event's clip is.
+
 S~ is S with excluded co-positive logits set to -inf; the paired target is never excluded, so it
 stays the sole positive (§3.4, §A.8 "Negative construction"). All embeddings are L2-normalised.
 """
@@ -21,6 +31,8 @@ __all__ = [
     "co_positive_mask",
     "contrastive_loss",
     "distill_loss",
+    "clip_teacher",
+    "clip_teacher_loss",
     "final_loss",
     "step_loss",
     "step_loss_conditioned",
@@ -29,6 +41,8 @@ __all__ = [
 
 LAMBDA_STEP = 0.1  # §A.2
 LAMBDA_DISTILL = 0.01  # §A.2
+LAMBDA_CLIP = 10.0  # L_clip of the two-stage recipe (ours; measured in training/README.md)
+TAU_CLIP = 0.05  # tau_clip: the teacher's weighting temperature over clips
 
 
 def co_positive_mask(groups: list[str | None], keys: list[str] | None = None) -> Tensor:
@@ -148,6 +162,31 @@ def distill_loss(steps: Tensor, step_mask: Tensor) -> Tensor:
     return ((1 - cos) * terms).sum() / z
 
 
+def clip_teacher(queries: Tensor, clips: Tensor, step_mask: Tensor, tau: float = TAU_CLIP) -> Tensor:
+    """y_t of L_clip: queries [S, d], clips [S, T, d] (u_t, L2-normalised), step_mask [S, T] ->
+    [S, T, d], the softmax(q . u_s / tau)-weighted mean of u_1..u_t, L2-normalised (zeros where a
+    step is invalid)."""
+    step_mask = step_mask.bool()
+    scores = torch.einsum("sd,std->st", queries, clips) / tau  # [S, T]
+    scores = scores.masked_fill(~step_mask, float("-inf"))
+    t = clips.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=clips.device).tril()  # [t, s]: s <= t
+    logits = scores[:, None, :].masked_fill(~causal[None], float("-inf"))  # [S, t, s]
+    weights = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # rows with no valid s -> 0
+    teacher = F.normalize(weights @ clips, dim=-1)  # [S, t, s] @ [S, s, d] -> [S, t, d]
+    return torch.where(step_mask[..., None], teacher, 0.0)
+
+
+def clip_teacher_loss(steps: Tensor, teacher: Tensor, step_mask: Tensor) -> Tensor:
+    """L_clip: mean of 1 - z^(t) . y^(t) over valid steps; steps and teacher [S, T, d]."""
+    mask = step_mask.bool()
+    z = mask.sum()
+    if z == 0:
+        return steps.new_zeros(())
+    cos = (steps * teacher.detach()).sum(-1)  # [S, T]
+    return ((1 - cos) * mask).sum() / z
+
+
 def total_loss(
     final: Tensor,
     step: Tensor | None = None,
@@ -155,9 +194,14 @@ def total_loss(
     *,
     lambda_step: float = LAMBDA_STEP,
     lambda_distill: float = LAMBDA_DISTILL,
+    clip: Tensor | None = None,
+    lambda_clip: float = LAMBDA_CLIP,
 ) -> Tensor:
-    """Eq. 14. A ``None`` term is disabled (the ablations of Table 6)."""
+    """Eq. 14 (plus L_clip of the two-stage recipe when given). A ``None`` term is disabled (the
+    ablations of Table 6)."""
     loss = final
+    if clip is not None:
+        loss = loss + lambda_clip * clip
     if step is not None:
         loss = loss + lambda_step * step
     if distill is not None:

@@ -19,6 +19,8 @@ from torch import Tensor, nn
 from training.data import Pair, Side
 from training.features import FeatureStore, conditioned_key
 from training.losses import (
+    clip_teacher,
+    clip_teacher_loss,
     co_positive_mask,
     contrastive_loss,
     distill_loss,
@@ -129,6 +131,25 @@ class LossTerms:
     final: Tensor
     step: Tensor
     distill: Tensor
+    clip: Tensor | None = None  # L_clip (two-stage recipe), where computed
+
+
+def clip_embeddings(store: FeatureStore, keys: Sequence[str], embed_dim: int) -> tuple[Tensor, Tensor]:
+    """u_t of L_clip for each key: the backbone's own pooled embedding of every clip, i.e. the last
+    valid state of its evidence bank (``Backbone.pool``: last token, first d dims, L2-normalised),
+    exact while a clip's states fit in M (compression keeps them unchanged) -> [n, T, d], [n, T]."""
+    banks = [store.banks(k) for k in keys]
+    t = max(tok.shape[0] for tok, _ in banks)
+    out = torch.zeros(len(keys), t, embed_dim)
+    valid = torch.zeros(len(keys), t, dtype=torch.bool)
+    for i, (tok, msk) in enumerate(banks):
+        n = msk.long().sum(dim=1)  # [T] valid states per clip
+        has = n > 0
+        last = (n - 1).clamp(min=0)
+        u = tok[torch.arange(tok.shape[0]), last, :embed_dim].float()
+        out[i, : tok.shape[0]] = torch.nn.functional.normalize(u, dim=-1)
+        valid[i, : tok.shape[0]] = has
+    return out, valid
 
 
 def pair_losses(
@@ -284,7 +305,11 @@ def _conditioned_losses(model, store, pairs, query: Embedded, tau) -> LossTerms:
     final = contrastive_loss(logits, target, ~present | co_positive)
     step = step_loss_conditioned(query.final, steps, valid & ~co_positive[..., None], target, tau)
     distill = distill_loss(cand.steps, cand.step_mask)
-    return LossTerms(final=final, step=step, distill=distill)
+    u, u_valid = clip_embeddings(store, keys, d)
+    u, u_valid = u.to(cand.steps.device, cand.steps.dtype), u_valid.to(cand.steps.device)
+    teacher = clip_teacher(query.final[torch.tensor(rows)].detach(), u, u_valid)
+    clip = clip_teacher_loss(cand.steps, teacher, cand.step_mask & u_valid[:, : cand.steps.shape[1]])
+    return LossTerms(final=final, step=step, distill=distill, clip=clip)
 
 
 # ---- evaluation ------------------------------------------------------------------------------------

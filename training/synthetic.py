@@ -292,7 +292,7 @@ def make_synthetic(
 class RetrievalSetConfig:
     """Long world videos with brief events (the benchmark's conditions) as retrieval pairs."""
 
-    train_corpora: int = 2  # corpora of ``videos`` single-event videos (all events distinct within one)
+    train_corpora: int = 3  # corpora of ``videos`` single-event videos (all events distinct within one)
     val_corpora: int = 1
     test_corpora: int = 1
     videos: int = 32
@@ -305,6 +305,8 @@ class RetrievalSetConfig:
     def __post_init__(self) -> None:
         if self.candidates < 2:
             raise ValueError("candidates must be >= 2")
+        if min(self.train_corpora, self.val_corpora, self.test_corpora) < 0:
+            raise ValueError("corpora per split must be >= 0")
         if not 2 <= self.videos <= 32:
             raise ValueError("videos must be between 2 and 32")
 

@@ -54,6 +54,9 @@ class TrainConfig:
     distill_loss: bool = True  # Eq. 13 on/off (Table 6)
     lambda_step: float = LAMBDA_STEP
     lambda_distill: float = LAMBDA_DISTILL
+    # L_clip (two-stage recipe, query-conditioned scoring only): distil the query-weighted pooling
+    # of the backbone's own clip embeddings into every step readout; 0 turns it off
+    lambda_clip: float = 0.0
     sub_batching: bool = True
     candidate_negatives: str = "text"  # none | text | all: listed candidates used as extra negatives
     max_steps: int | None = None  # stop after this many optimizer steps (overrides epochs)
@@ -206,6 +209,8 @@ class Trainer:
                 terms.distill if cfg.distill_loss else None,
                 lambda_step=cfg.lambda_step,
                 lambda_distill=cfg.lambda_distill,
+                clip=terms.clip if cfg.lambda_clip > 0 else None,
+                lambda_clip=cfg.lambda_clip,
             )
             weight = len(batch) / total  # losses weighted by sub-batch size
             (weight * loss).backward()  # gradients accumulate into one update
@@ -214,6 +219,7 @@ class Trainer:
                 ("final", terms.final),
                 ("step_loss", terms.step),
                 ("distill", terms.distill),
+                *((("clip", terms.clip),) if terms.clip is not None else ()),
             ):
                 sums[name] += weight * float(value.detach())
         self.optimizer.step()

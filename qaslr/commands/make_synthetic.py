@@ -39,6 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--candidates", type=int, default=d.candidates, help="video candidates per retrieval query"
     )
+    p.add_argument(
+        "--corpora",
+        type=int,
+        nargs=3,
+        default=None,
+        metavar=("TRAIN", "VAL", "TEST"),
+        help="--kind retrieval: corpora of 32 long videos per split (default 3 1 1)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
 
 
@@ -55,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
                 if args.candidates != SyntheticConfig().candidates
                 else d.candidates,
                 seed=args.seed,
+                **(
+                    dict(zip(("train_corpora", "val_corpora", "test_corpora"), args.corpora, strict=True))
+                    if args.corpora
+                    else {}
+                ),
             )
         except ValueError as exc:
             print(f"error: {exc}")

@@ -51,6 +51,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the head takes the query embedding as its conditioning input (Eq. 4, c = q); for rerank "
         "heads trained with --scoring conditioned (default: on with --recipe two-stage, else off)",
     )
+    m.add_argument(
+        "--evidence-sink",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append a learnable 'nothing here' token to every clip's evidence, so a clip that does "
+        "not match can leave the memory untouched (our addition to Eq. 7; default: on with --recipe "
+        "two-stage, else off)",
+    )
+    m.add_argument(
+        "--identity-init",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="initialise the head's evidence-to-readout path as the identity (needs D >= d) instead of "
+        "small random weights (default: on with --recipe two-stage, else off)",
+    )
     o = p.add_argument_group("optimisation")
     o.add_argument("--epochs", type=int, default=5, help="epochs (paper: 3-5)")
     o.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
@@ -66,6 +81,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     o.add_argument("--lambda-step", type=float, default=0.1)
     o.add_argument("--lambda-distill", type=float, default=0.01)
+    o.add_argument(
+        "--lambda-clip",
+        type=float,
+        default=None,
+        help="weight of L_clip, the two-stage recipe's distillation of the query-weighted pooling of "
+        "the backbone's own clip embeddings into every readout (our addition; training/README.md); "
+        "default 10 with --recipe two-stage, else 0 (off); needs --scoring conditioned",
+    )
     o.add_argument(
         "--no-sub-batching",
         action="store_true",
@@ -101,12 +124,22 @@ def run(args: argparse.Namespace) -> int:
     from qaslr.commands.feature_options import apply_recipe, default_cache, load_task_pairs, open_store
     from training.aggregators import build_model, load_model, save_model
     from training.data import DataError
+    from training.losses import LAMBDA_CLIP
     from training.trainer import TrainConfig, Trainer
 
     log = logging.getLogger("qaslr.train")
     apply_recipe(args)
     if args.query_conditioning is None:
         args.query_conditioning = args.scoring == "conditioned" and args.recipe == "two-stage"
+    if args.evidence_sink is None:
+        args.evidence_sink = args.recipe == "two-stage"
+    if args.identity_init is None:
+        args.identity_init = args.recipe == "two-stage"
+    if args.lambda_clip is None:
+        args.lambda_clip = LAMBDA_CLIP if args.recipe == "two-stage" else 0.0
+    if args.lambda_clip > 0 and args.scoring != "conditioned":
+        print("error: --lambda-clip needs --scoring conditioned (its teacher weights clips by the query)")
+        return 2
     if args.query_conditioning and args.scoring != "conditioned":
         print("error: --query-conditioning needs --scoring conditioned (a rerank head sees the query)")
         return 2
@@ -141,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             query_conditioning=args.query_conditioning,
             text_conditioning=args.text_conditioning,
+            evidence_sink=args.evidence_sink,
+            identity_init=args.identity_init,
         )
     if args.device:
         model.to(args.device)
@@ -155,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         distill_loss=not args.no_distill_loss,
         lambda_step=args.lambda_step,
         lambda_distill=args.lambda_distill,
+        lambda_clip=args.lambda_clip,
         sub_batching=not args.no_sub_batching,
         candidate_negatives=args.candidate_negatives,
         max_steps=args.max_steps,

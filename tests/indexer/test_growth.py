@@ -121,7 +121,10 @@ def _stored_pixels(index) -> dict[str, list[bytes]]:
     """Every indexed video's stored frame-bank pixels."""
     with IndexReader(index) as r:
         return {
-            v.id: [r.read_stored_frame(v.id, row).tobytes() for row in range(len(r.frame_bank(v.id).frame_indices))]
+            v.id: [
+                r.read_stored_frame(v.id, row).tobytes()
+                for row in range(len(r.frame_bank(v.id).frame_indices))
+            ]
             for v in r.videos()
         }
 

@@ -205,3 +205,57 @@ def test_num_trainable_parameters():
     assert num_trainable_parameters(frozen) == expected - 1
     head.blocks.requires_grad_(False)
     assert num_trainable_parameters(head) == expected - 2 * block
+
+
+def test_evidence_sink_lets_a_clip_leave_the_memory_alone_and_round_trips(tmp_path):
+    """With ``evidence_sink`` every clip's bank gets one learnable extra key/value. When the memory
+    attends only to it, the clip's own evidence cannot move the memory: two different clips give the
+    same update. The sink is a saved parameter, padding and absent steps behave as before."""
+    head = _head(evidence_sink=True)
+    assert head.sink_token is not None and _head().sink_token is None
+    ev, mask = _video(3, 3, 8)
+    ref = head(*_pad_batch([(ev, mask)], 3, 8))
+    padded = head(*_pad_batch([(ev, mask)], 3, 12, garbage=7.0))
+    torch.testing.assert_close(padded.final, ref.final, rtol=0, atol=1e-12)
+    state = head.init_state(1)
+    a, b = torch.randn(2, 1, 8, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    full = torch.ones(1, 8, dtype=torch.bool)
+    assert not torch.allclose(head.update(state, a, full), head.update(state, b, full))
+    # make every think token attend to the sink alone: real tokens get key 0, the sink (the last
+    # position of the extended bank) a large one; values still differ between a and b
+    with torch.no_grad():
+        block = head.blocks[0]
+        block.attn.k_proj.weight.zero_()
+        block.attn.k_proj.bias.zero_()
+        block.attn.q_proj.weight.zero_()
+        block.attn.q_proj.bias.fill_(1.0)
+
+    def sink_key(module, inputs, output):
+        assert output.shape[1] == 8 + 1  # the clip's 8 tokens, then the sink
+        output = output.clone()
+        output[:, -1] = 50.0
+        return output
+
+    handle = head.blocks[0].attn.k_proj.register_forward_hook(sink_key)
+    try:
+        torch.testing.assert_close(head.update(state, a, full), head.update(state, b, full))
+    finally:
+        handle.remove()
+    save_head(create_head(_config(evidence_sink=True), seed=4), tmp_path / "s")
+    loaded = load_head(tmp_path / "s")
+    assert loaded.config.evidence_sink and loaded.sink_token is not None
+
+
+def test_identity_init_starts_in_the_backbone_space():
+    """``identity_init`` carries evidence (and the conditioning query) to the readout unchanged at
+    the start: before any clip, a query-conditioned head reads out (nearly) its query, where the
+    random initialisation reads out an unrelated direction. D < d cannot be the identity."""
+    cfg = dict(hidden_size=32, embed_dim=32, query_conditioning=True)
+    q = torch.nn.functional.normalize(torch.randn(3, 32, generator=torch.Generator().manual_seed(0)), dim=-1)
+    ident = create_head(_config(identity_init=True, **cfg), seed=0).eval()
+    plain = create_head(_config(**cfg), seed=0).eval()
+    with torch.no_grad():
+        assert ((ident.readout(ident.init_state(3, q)) * q).sum(-1) > 0.9).all()
+        assert ((plain.readout(plain.init_state(3, q)) * q).sum(-1).abs() < 0.5).all()
+    with pytest.raises(ValueError, match="identity_init needs hidden_size >= embed_dim"):
+        _config(hidden_size=16, embed_dim=32, identity_init=True)

@@ -49,3 +49,17 @@ def test_bad_input_is_a_clear_error(tmp_path, tiny_checkpoint, capsys):
     assert code == 2
     assert "bad.jsonl:1: missing 'positive'" in capsys.readouterr().out
     assert not (tmp_path / "o").exists()
+
+
+def test_clip_teacher_and_corpora_options_refuse_what_cannot_work(
+    tmp_path, synthetic_set, tiny_checkpoint, capsys
+):
+    data = str(synthetic_set / "train.jsonl")
+    # L_clip weights clips by the query: it needs query-conditioned scoring
+    code = main(["train", "--data", data, "--model", str(tiny_checkpoint), "--out", str(tmp_path / "o"),
+                 "--lambda-clip", "1"])  # fmt: skip
+    assert code == 2
+    assert "--lambda-clip needs --scoring conditioned" in capsys.readouterr().out
+    code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--corpora", "1", "-1", "0"])
+    assert code == 2
+    assert "corpora per split must be >= 0" in capsys.readouterr().out

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from training.losses import (
+    clip_teacher,
+    clip_teacher_loss,
     co_positive_mask,
     contrastive_loss,
     distill_loss,
@@ -144,3 +146,31 @@ def test_total_loss_weights():
     assert total_loss(f, s, d).item() == pytest.approx(2 + 0.1 * 3 + 0.01 * 5)
     assert total_loss(f, None, d).item() == pytest.approx(2 + 0.01 * 5)
     assert total_loss(f).item() == pytest.approx(2.0)
+
+
+def test_clip_teacher_pools_the_clips_seen_so_far_by_query_similarity():
+    q = torch.tensor([[1.0, 0.0]])
+    u = torch.tensor([[[0.0, 1.0], [1.0, 0.0], [0.6, 0.8]]])  # q.u = 0, 1, 0.6
+    mask = torch.tensor([[True, True, True]])
+    y = clip_teacher(q, u, mask, tau=0.5)
+    assert torch.allclose(y[0, 0], u[0, 0])  # after one clip: that clip
+    w = torch.softmax(torch.tensor([0.0, 1.0]) / 0.5, 0)
+    assert torch.allclose(y[0, 1], F.normalize(w[0] * u[0, 0] + w[1] * u[0, 1], dim=0), atol=1e-6)
+    sharp = clip_teacher(q, u, mask, tau=1e-3)
+    assert torch.allclose(sharp[0, 2], u[0, 1], atol=1e-4)  # a low temperature keeps the best clip
+    # an invalid step is neither a teacher nor weighted into later steps
+    y2 = clip_teacher(q, u, torch.tensor([[True, False, True]]), tau=0.5)
+    assert y2[0, 1].abs().sum() == 0
+    w2 = torch.softmax(torch.tensor([0.0, 0.6]) / 0.5, 0)
+    assert torch.allclose(y2[0, 2], F.normalize(w2[0] * u[0, 0] + w2[1] * u[0, 2], dim=0), atol=1e-6)
+
+
+def test_clip_teacher_loss_by_hand_and_teacher_is_detached():
+    steps = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], requires_grad=True)
+    teacher = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]], requires_grad=True)
+    got = clip_teacher_loss(steps, teacher, torch.tensor([[True, True]]))
+    assert got.item() == pytest.approx((0 + 1) / 2)
+    got.backward()
+    assert teacher.grad is None and steps.grad.abs().sum() > 0
+    assert clip_teacher_loss(steps, teacher, torch.tensor([[False, False]])).item() == 0.0
+    assert total_loss(torch.tensor(1.0), clip=torch.tensor(0.5), lambda_clip=2.0).item() == pytest.approx(2.0)

@@ -118,6 +118,35 @@ def test_every_task_and_both_scorings_give_finite_losses(
     assert [len(s) for s in scores] == [len(p.candidates) for p in batch]
 
 
+def test_clip_teacher_reads_the_backbones_own_clip_embeddings(tiny_checkpoint):
+    """L_clip's u_t is taken from the cached evidence bank (its last valid state): that must be the
+    backbone's pooled embedding of the clip on its own, as the original pathway computes it."""
+    import numpy as np
+
+    from models.backbone import VideoClip, load_backbone
+    from models.streaming import StreamingConfig, VideoEncoder
+    from training.scoring import clip_embeddings
+
+    backbone = load_backbone(tiny_checkpoint, device="cpu")
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, size=(8, 64, 64, 3), dtype=np.uint8)
+    video = VideoClip(frames, list(range(0, 16, 2)), 4.0)
+    encoder = VideoEncoder(backbone, config=StreamingConfig(max_frames=8, clip_len=4, max_evidence=4096))
+    bank = encoder.evidence([video])[0]
+
+    class Store:  # the one method clip_embeddings reads
+        def banks(self, key):
+            return bank.tokens, bank.mask
+
+    u, valid = clip_embeddings(Store(), ["v"], backbone.embed_dim)
+    expected = torch.cat(
+        [backbone.pool(backbone.encode_clips([VideoClip(frames[i : i + 4], video.frame_indices[i : i + 4], 4.0)]))
+         for i in (0, 4)]
+    )  # fmt: skip
+    assert valid.all() and u.shape == (1, 2, backbone.embed_dim)
+    assert torch.allclose(u[0], expected, atol=1e-5)
+
+
 def test_conditioned_loss_is_never_a_one_column_zero_and_masks_co_positives(
     synthetic_set, tiny_checkpoint, tmp_path
 ):
@@ -154,7 +183,8 @@ def test_conditioned_loss_is_never_a_one_column_zero_and_masks_co_positives(
     )
     terms = pair_losses(head, store, pairs, scoring="conditioned")
     assert terms.final > 0.05
-    terms.final.backward()
+    assert terms.clip is not None and 0 < terms.clip < 2  # L_clip of the two-stage recipe
+    (terms.final + terms.clip).backward()
     assert head.query_proj.weight.grad is not None and head.query_proj.weight.grad.abs().sum() > 0
 
     lonely = [dataclasses.replace(p, candidates=()) for p in pairs]
