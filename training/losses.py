@@ -41,7 +41,7 @@ __all__ = [
 
 LAMBDA_STEP = 0.1  # §A.2
 LAMBDA_DISTILL = 0.01  # §A.2
-LAMBDA_CLIP = 10.0  # L_clip of the two-stage recipe (ours; measured in training/README.md)
+LAMBDA_CLIP = 30.0  # L_clip of the two-stage recipe (ours; measured in training/README.md)
 TAU_CLIP = 0.05  # tau_clip: the teacher's weighting temperature over clips
 
 

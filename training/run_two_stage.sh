@@ -5,7 +5,7 @@
 # Usage: training/run_two_stage.sh WORKDIR [SEEDS...]   (benchmark corpus seeds, default 0 1 2)
 # Environment: VARIANTS (default "head-q": the query as the head's conditioning input, its text out of
 # the backbone prompt as in the serving default; add plain, text-after, text-before,
-# text-before+head-q for the full comparison), EPOCHS (default 20), LAMBDA_CLIP (default 10; 0 trains
+# text-before+head-q for the full comparison), EPOCHS (default 20), LAMBDA_CLIP (default 30; 0 trains
 # without L_clip, the paper's objective alone).
 set -euo pipefail
 W=${1:?usage: run_two_stage.sh WORKDIR [SEEDS...]}; shift || true
@@ -14,12 +14,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # stage 2 serves K' = 32 query-selected frames in 8 clips of 4 (K = 128, L = 16 plan), M = 256
 FEAT="--max-frames 32 --clip-len 4 --evidence-tokens 256"
 TRAIN="$FEAT --recipe two-stage --epochs ${EPOCHS:-20} --batch-size 16 --lr 3e-4 --gate-epochs 200 --no-progress"
-TRAIN="$TRAIN --lambda-clip ${LAMBDA_CLIP:-10}"
+TRAIN="$TRAIN --lambda-clip ${LAMBDA_CLIP:-30}"
 mkdir -p "$W/runs"
 [ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny-world
-# 3 training corpora (96 single-event + 16 ordered queries), 1 validation corpus; seed 7 keeps every
+# 5 training corpora (160 single-event + 16 ordered queries), 1 validation corpus; seed 7 keeps every
 # corpus seed apart from the benchmark's (bench_quality renders corpora 0-2 and 1000-1002)
-[ -f "$W/ret/val.jsonl" ] || qaslr make-synthetic "$W/ret" --kind retrieval --corpora 3 1 0 --seed 7
+[ -f "$W/ret/val.jsonl" ] || qaslr make-synthetic "$W/ret" --kind retrieval --corpora 5 1 0 --seed 7
 VARIANTS=${VARIANTS:-head-q}
 # name | text in the backbone prompt | the head takes q
 ALL=("head-q|none|--query-conditioning" "plain|none|--no-query-conditioning"

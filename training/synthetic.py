@@ -292,7 +292,7 @@ def make_synthetic(
 class RetrievalSetConfig:
     """Long world videos with brief events (the benchmark's conditions) as retrieval pairs."""
 
-    train_corpora: int = 3  # corpora of ``videos`` single-event videos (all events distinct within one)
+    train_corpora: int = 5  # corpora of ``videos`` single-event videos (all events distinct within one)
     val_corpora: int = 1
     test_corpora: int = 1
     videos: int = 32

@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs=3,
         default=None,
         metavar=("TRAIN", "VAL", "TEST"),
-        help="--kind retrieval: corpora of 32 long videos per split (default 3 1 1)",
+        help="--kind retrieval: corpora of 32 long videos per split (default 5 1 1)",
     )
     p.add_argument("--seed", type=int, default=d.seed)
 

@@ -87,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="weight of L_clip, the two-stage recipe's distillation of the query-weighted pooling of "
         "the backbone's own clip embeddings into every readout (our addition; training/README.md); "
-        "default 10 with --recipe two-stage, else 0 (off); needs --scoring conditioned",
+        "default 30 with --recipe two-stage, else 0 (off); needs --scoring conditioned",
     )
     o.add_argument(
         "--no-sub-batching",
