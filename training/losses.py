@@ -28,11 +28,11 @@ from torch import Tensor
 __all__ = [
     "LAMBDA_DISTILL",
     "LAMBDA_STEP",
+    "clip_teacher",
+    "clip_teacher_loss",
     "co_positive_mask",
     "contrastive_loss",
     "distill_loss",
-    "clip_teacher",
-    "clip_teacher_loss",
     "final_loss",
     "step_loss",
     "step_loss_conditioned",

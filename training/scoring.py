@@ -36,6 +36,8 @@ class Embedded:
     final: Tensor  # [n, d]
     steps: Tensor | None = None  # [n, T, d] for streamed sides; None for texts (reused)
     step_mask: Tensor | None = None  # [n, T]
+    clips: Tensor | None = None  # [n, T, d] u_t, each clip's own backbone embedding (L_clip)
+    clip_mask: Tensor | None = None  # [n, T]
 
     @property
     def streamed(self) -> bool:
@@ -85,7 +87,21 @@ def stream_items(
     if queries is not None and takes_query(model):
         kwargs["query"] = queries.to(p.device, p.dtype)
     out = model(evidence, mask, steps, reset_memory=control == "reset", **kwargs)
-    return Embedded(final=out.final, steps=out.step_embeddings, step_mask=out.step_mask)
+    clips, clip_mask = clip_embeddings(evidence, mask, out.final.shape[-1])
+    return Embedded(
+        final=out.final, steps=out.step_embeddings, step_mask=out.step_mask, clips=clips, clip_mask=clip_mask
+    )
+
+
+def clip_embeddings(evidence: Tensor, mask: Tensor, embed_dim: int) -> tuple[Tensor, Tensor]:
+    """u_t of L_clip: the backbone's own pooled embedding of every clip, i.e. the last valid state of
+    its evidence bank (``Backbone.pool``: last token, first d dims, L2-normalised), exact while a
+    clip's states fit in M (compression keeps them unchanged; a merged bank's last token is an anchor
+    mean). evidence [n, T, M, D], mask [n, T, M] -> u [n, T, d], valid [n, T]."""
+    counts = mask.long().sum(dim=-1)  # [n, T] valid states per clip
+    last = (counts - 1).clamp(min=0)[..., None, None].expand(-1, -1, 1, embed_dim)  # [n, T, 1, d]
+    u = evidence[..., :embed_dim].gather(2, last).squeeze(2).float()  # [n, T, d]
+    return torch.nn.functional.normalize(u, dim=-1), counts > 0
 
 
 def takes_query(model: nn.Module) -> bool:
@@ -134,24 +150,6 @@ class LossTerms:
     clip: Tensor | None = None  # L_clip (two-stage recipe), where computed
 
 
-def clip_embeddings(store: FeatureStore, keys: Sequence[str], embed_dim: int) -> tuple[Tensor, Tensor]:
-    """u_t of L_clip for each key: the backbone's own pooled embedding of every clip, i.e. the last
-    valid state of its evidence bank (``Backbone.pool``: last token, first d dims, L2-normalised),
-    exact while a clip's states fit in M (compression keeps them unchanged) -> [n, T, d], [n, T]."""
-    banks = [store.banks(k) for k in keys]
-    t = max(tok.shape[0] for tok, _ in banks)
-    out = torch.zeros(len(keys), t, embed_dim)
-    valid = torch.zeros(len(keys), t, dtype=torch.bool)
-    for i, (tok, msk) in enumerate(banks):
-        n = msk.long().sum(dim=1)  # [T] valid states per clip
-        has = n > 0
-        last = (n - 1).clamp(min=0)
-        u = tok[torch.arange(tok.shape[0]), last, :embed_dim].float()
-        out[i, : tok.shape[0]] = torch.nn.functional.normalize(u, dim=-1)
-        valid[i, : tok.shape[0]] = has
-    return out, valid
-
-
 def pair_losses(
     model: nn.Module,
     store: FeatureStore,
@@ -160,8 +158,10 @@ def pair_losses(
     scoring: str = "indexable",
     negatives: Negatives | None = None,
     candidate_negatives: str = "text",
+    clip_loss: bool = False,
 ) -> LossTerms:
-    """Eq. 11-13 for one homogeneous sub-batch.
+    """Eq. 11-13 for one homogeneous sub-batch (and L_clip with ``clip_loss``, query-conditioned
+    sub-batches only).
 
     Indexable: columns are the B paired positives (y_i = i, co-positives of the same group masked,
     Eq. 11), then each pair's own listed candidates (negatives for that pair only; ``candidate_negatives``
@@ -172,7 +172,7 @@ def pair_losses(
     tau = model.temperature
     query = embed_sides(model, store, [p.query for p in pairs])
     if all(is_conditioned(p, scoring) for p in pairs):
-        return _conditioned_losses(model, store, pairs, query, tau)
+        return _conditioned_losses(model, store, pairs, query, tau, clip_loss=clip_loss)
     pos_keys = [p.positive.key() for p in pairs]
     groups = [p.group for p in pairs]
     positive = embed_sides(model, store, [p.positive for p in pairs])
@@ -245,7 +245,7 @@ def _distill(streamed: list[Embedded], like: Tensor) -> Tensor:
     return distill_loss(steps, mask)  # Eq. 13
 
 
-def _conditioned_losses(model, store, pairs, query: Embedded, tau) -> LossTerms:
+def _conditioned_losses(model, store, pairs, query: Embedded, tau, *, clip_loss: bool = False) -> LossTerms:
     """Eq. 11-13 for query-conditioned scoring (Eq. 1, second case): row i scores candidates encoded
     under its own query q_i. The columns of row i are its bounded candidate set (the paired positive
     is the target) plus, as in-batch negatives, the other rows' positives whenever their evidence
@@ -305,10 +305,11 @@ def _conditioned_losses(model, store, pairs, query: Embedded, tau) -> LossTerms:
     final = contrastive_loss(logits, target, ~present | co_positive)
     step = step_loss_conditioned(query.final, steps, valid & ~co_positive[..., None], target, tau)
     distill = distill_loss(cand.steps, cand.step_mask)
-    u, u_valid = clip_embeddings(store, keys, d)
-    u, u_valid = u.to(cand.steps.device, cand.steps.dtype), u_valid.to(cand.steps.device)
-    teacher = clip_teacher(query.final[torch.tensor(rows)].detach(), u, u_valid)
-    clip = clip_teacher_loss(cand.steps, teacher, cand.step_mask & u_valid[:, : cand.steps.shape[1]])
+    clip = None
+    if clip_loss:
+        u = cand.clips.to(cand.steps.dtype)
+        teacher = clip_teacher(query.final[torch.tensor(rows)].detach(), u, cand.clip_mask)
+        clip = clip_teacher_loss(cand.steps, teacher, cand.step_mask & cand.clip_mask)
     return LossTerms(final=final, step=step, distill=distill, clip=clip)
 
 

@@ -202,6 +202,7 @@ class Trainer:
                 scoring=cfg.scoring,
                 negatives=negatives,
                 candidate_negatives=cfg.candidate_negatives,
+                clip_loss=cfg.lambda_clip > 0,
             )
             loss = total_loss(  # Eq. 14
                 terms.final,
@@ -209,7 +210,7 @@ class Trainer:
                 terms.distill if cfg.distill_loss else None,
                 lambda_step=cfg.lambda_step,
                 lambda_distill=cfg.lambda_distill,
-                clip=terms.clip if cfg.lambda_clip > 0 else None,
+                clip=terms.clip,
                 lambda_clip=cfg.lambda_clip,
             )
             weight = len(batch) / total  # losses weighted by sub-batch size

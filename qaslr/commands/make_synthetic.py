@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.kind == "retrieval":
         d = RetrievalSetConfig()
+        splits = ("train_corpora", "val_corpora", "test_corpora")
+        corpora = dict(zip(splits, args.corpora, strict=True)) if args.corpora else {}
         try:
             config = RetrievalSetConfig(
                 min_duration_s=args.min_duration or d.min_duration_s,
@@ -63,11 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.candidates != SyntheticConfig().candidates
                 else d.candidates,
                 seed=args.seed,
-                **(
-                    dict(zip(("train_corpora", "val_corpora", "test_corpora"), args.corpora, strict=True))
-                    if args.corpora
-                    else {}
-                ),
+                **corpora,
             )
         except ValueError as exc:
             print(f"error: {exc}")

@@ -134,11 +134,7 @@ def test_clip_teacher_reads_the_backbones_own_clip_embeddings(tiny_checkpoint):
     encoder = VideoEncoder(backbone, config=StreamingConfig(max_frames=8, clip_len=4, max_evidence=4096))
     bank = encoder.evidence([video])[0]
 
-    class Store:  # the one method clip_embeddings reads
-        def banks(self, key):
-            return bank.tokens, bank.mask
-
-    u, valid = clip_embeddings(Store(), ["v"], backbone.embed_dim)
+    u, valid = clip_embeddings(bank.tokens[None], bank.mask[None], backbone.embed_dim)
     expected = torch.cat(
         [backbone.pool(backbone.encode_clips([VideoClip(frames[i : i + 4], video.frame_indices[i : i + 4], 4.0)]))
          for i in (0, 4)]
@@ -181,7 +177,8 @@ def test_conditioned_loss_is_never_a_one_column_zero_and_masks_co_positives(
         ),
         seed=0,
     )
-    terms = pair_losses(head, store, pairs, scoring="conditioned")
+    assert pair_losses(head, store, pairs, scoring="conditioned").clip is None  # only when asked
+    terms = pair_losses(head, store, pairs, scoring="conditioned", clip_loss=True)
     assert terms.final > 0.05
     assert terms.clip is not None and 0 < terms.clip < 2  # L_clip of the two-stage recipe
     (terms.final + terms.clip).backward()
