@@ -26,10 +26,11 @@ options contain the answer; §A.3). Per task:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ __all__ = [
     "Pair",
     "Side",
     "VideoRef",
+    "combine_pair_sets",
     "load_pairs",
     "pair_from_dict",
     "write_pairs",
@@ -294,6 +296,20 @@ def load_pairs(path: str | os.PathLike, *, check_files: bool = True) -> list[Pai
             raise DataError(f"{p}: referenced videos not found: {missing[:3]}{more}")
     logger.info("loaded %d pairs from %s", len(pairs), p)
     return pairs
+
+
+def combine_pair_sets(sets: Sequence[Sequence[Pair]]) -> list[Pair]:
+    """Pairs of several files as one training set. With more than one set, every id and group is
+    prefixed with the set's position ("1:tr0-007-ret"): files written by separate runs reuse the same
+    ids and group names for different videos, and two groups that only share a name must not mask
+    each other's positives as co-positives (Eq. 11)."""
+    if len(sets) == 1:
+        return list(sets[0])
+    return [
+        dataclasses.replace(p, id=f"{n}:{p.id}", group=None if p.group is None else f"{n}:{p.group}")
+        for n, pairs in enumerate(sets)
+        for p in pairs
+    ]
 
 
 def _videos(pairs: Iterable[Pair]) -> Iterable[VideoRef]:

@@ -18,7 +18,7 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--cache",
         default=None,
-        help="feature cache root (default: .qaslr-features next to the --data file); features are "
+        help="feature cache root (default: .qaslr-features next to the (first) --data file); features are "
         "stored under a subfolder named by the backbone and selection fingerprint",
     )
     g.add_argument(

@@ -26,7 +26,14 @@ from qaslr.commands.feature_options import add_feature_arguments
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--data", required=True, help="training pairs (JSONL, see training/README.md)")
+    p.add_argument(
+        "--data",
+        required=True,
+        nargs="+",
+        help="training pairs (JSONL, see training/README.md); several files train on their union "
+        "(ids and groups are then prefixed with the file's position, so sets written by separate "
+        "make-synthetic runs can be combined)",
+    )
     p.add_argument(
         "--val", default=None, help="validation pairs (JSONL); evaluated at the end and every --eval-every"
     )
@@ -123,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qaslr.commands.feature_options import apply_recipe, default_cache, load_task_pairs, open_store
     from training.aggregators import build_model, load_model, save_model
-    from training.data import DataError
+    from training.data import DataError, combine_pair_sets
     from training.losses import LAMBDA_CLIP
     from training.trainer import TrainConfig, Trainer
 
@@ -145,14 +152,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     try:
-        train_pairs = load_task_pairs(args.data, args.tasks)
+        train_pairs = combine_pair_sets([load_task_pairs(path, args.tasks) for path in args.data])
         val_pairs = load_task_pairs(args.val, args.tasks) if args.val else []
     except DataError as exc:
         print(f"error: {exc}")
         return 2
     if args.fresh and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()
-    cache_root = Path(args.cache) if args.cache else default_cache(args.data)
+    cache_root = Path(args.cache) if args.cache else default_cache(args.data[0])
     store = open_store(args, train_pairs + val_pairs, cache_root=cache_root)
     if args.prepare_only:
         print(

@@ -63,3 +63,13 @@ def test_clip_teacher_and_corpora_options_refuse_what_cannot_work(
     code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--corpora", "1", "-1", "0"])
     assert code == 2
     assert "corpora per split must be >= 0" in capsys.readouterr().out
+
+
+def test_train_takes_several_pair_files(synthetic_set, tiny_checkpoint, tmp_path, capsys):
+    # the same file twice: without per-file id prefixes its ids would clash
+    data = str(synthetic_set / "train.jsonl")
+    common = ["--model", str(tiny_checkpoint), *FEATURE_ARGS, "--no-progress", "--think-tokens", "8"]
+    code = main(["train", "--data", data, data, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "o"),
+                 *common, "--max-steps", "1", "--epochs", "1"])  # fmt: skip
+    assert code == 0, capsys.readouterr().out
+    assert "trained 1 steps" in capsys.readouterr().out

@@ -2,7 +2,16 @@ import json
 
 import pytest
 
-from training.data import DataError, Pair, Side, VideoRef, load_pairs, pair_from_dict, write_pairs
+from training.data import (
+    DataError,
+    Pair,
+    Side,
+    VideoRef,
+    combine_pair_sets,
+    load_pairs,
+    pair_from_dict,
+    write_pairs,
+)
 
 
 def _write(path, rows):
@@ -125,3 +134,20 @@ def test_keys_distinguish_windows_and_conditioning():
     assert len({a.key(), b.key(), c.key(), Side(text="/x.mp4").key()}) == 4
     pair = pair_from_dict({"id": 1, "task": "retrieval", "query": "q", "positive": {"video": "/x.mp4"}})
     assert isinstance(pair, Pair) and pair.target_index == -1
+
+
+def test_sets_from_separate_files_combine_without_clashing_ids_or_groups(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    sets = []
+    for d in (a_dir, b_dir):  # two make-synthetic runs: the same ids and group names, other videos
+        d.mkdir()
+        v = _video(d)
+        row = {"id": "tr0-001-ret", "task": "retrieval", "query": "q", "positive": {"video": v}}
+        sets.append(
+            load_pairs(_write(d / "train.jsonl", [dict(row, group="train-0/tr0-001"), dict(row, id="x")]))
+        )
+    combined = combine_pair_sets(sets)
+    assert [p.id for p in combined] == ["0:tr0-001-ret", "0:x", "1:tr0-001-ret", "1:x"]
+    assert [p.group for p in combined] == ["0:train-0/tr0-001", None, "1:train-0/tr0-001", None]
+    assert combined[0].positive.key() != combined[2].positive.key()  # the videos are untouched
+    assert combine_pair_sets(sets[:1]) == sets[0]  # one file: ids and groups as written
