@@ -24,7 +24,7 @@ mkdir -p "$W/runs"
 [ -f "$W/ret2/train.jsonl" ] || qaslr make-synthetic "$W/ret2" --kind retrieval --corpora 5 0 0 --seed 9
 [ -f "$W/ret3/train.jsonl" ] || qaslr make-synthetic "$W/ret3" --kind retrieval --corpora 5 0 0 --seed 11 \
   --min-duration 120 --max-duration 300
-DATA="$W/ret/train.jsonl $W/ret2/train.jsonl $W/ret3/train.jsonl"
+DATA=("$W/ret/train.jsonl" "$W/ret2/train.jsonl" "$W/ret3/train.jsonl")
 VARIANTS=${VARIANTS:-head-q}
 # name | text in the backbone prompt | the head takes q
 ALL=("head-q|none|--query-conditioning" "plain|none|--no-query-conditioning"
@@ -34,7 +34,7 @@ for v in "${ALL[@]}"; do
   IFS='|' read -r name cond qc <<< "$v"
   [[ " $VARIANTS " == *" $name "* ]] || continue
   # one head per choice (seed 0); the benchmark's seeds vary the test corpora
-  qaslr --log-level WARNING train --data $DATA --val "$W/ret/val.jsonl" --cache "$W/features" --model "$W/ckpt" \
+  qaslr --log-level WARNING train --data "${DATA[@]}" --val "$W/ret/val.jsonl" --cache "$W/features" --model "$W/ckpt" \
     $TRAIN --text-conditioning "$cond" $qc --seed 0 --out "$W/runs/$name-s0" > "$W/runs/$name-s0.log" 2>&1
 done
 heads=(); for v in $VARIANTS; do heads+=(--rerank-head "$v=$W/runs/$v-s0"); done
