@@ -370,7 +370,8 @@ def make_retrieval_set(
 ) -> dict[str, Path]:
     """Render (or reuse) world corpora per split and write ``{split}.jsonl`` retrieval pairs (each
     query with a bounded candidate set of hard and random negatives, as a first stage would hand
-    over) and ``{split}_videos.jsonl`` indexer manifests. Splits share no video."""
+    over) and ``{split}_videos.jsonl`` indexer manifests. Splits share no video; a split with no
+    corpora is not written."""
     from world.corpus import CorpusConfig, make_corpus
 
     out = Path(out_dir).resolve()
@@ -380,6 +381,8 @@ def make_retrieval_set(
     written: dict[str, Path] = {}
     seed = config.seed * 1000
     for split, n in counts.items():
+        if n == 0:  # a split asked for with no corpora is left out whole (no order corpus either)
+            continue
         corpora = []
         for c in range(n):
             seed += 1

@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs=3,
         default=None,
         metavar=("TRAIN", "VAL", "TEST"),
-        help="--kind retrieval: corpora of 32 long videos per split (default 5 1 1)",
+        help="--kind retrieval: corpora of 32 long videos per split (default 5 1 1); a split given 0 "
+        "is not rendered or written",
     )
     p.add_argument("--seed", type=int, default=d.seed)
 

@@ -151,3 +151,18 @@ def test_sets_from_separate_files_combine_without_clashing_ids_or_groups(tmp_pat
     assert [p.group for p in combined] == ["0:train-0/tr0-001", None, "1:train-0/tr0-001", None]
     assert combined[0].positive.key() != combined[2].positive.key()  # the videos are untouched
     assert combine_pair_sets(sets[:1]) == sets[0]  # one file: ids and groups as written
+
+
+def test_retrieval_set_renders_only_the_splits_given_corpora(tmp_path):
+    from training.synthetic import RetrievalSetConfig, make_retrieval_set
+
+    config = RetrievalSetConfig(
+        train_corpora=1, val_corpora=0, test_corpora=0, videos=2, order_pairs=1,
+        min_duration_s=40.0, max_duration_s=40.0, candidates=2, seed=3,
+    )  # fmt: skip
+    written = make_retrieval_set(tmp_path, config)
+    assert sorted(written) == ["train"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["train-0", "train-order"]
+    assert not (tmp_path / "val.jsonl").exists() and not (tmp_path / "test.jsonl").exists()
+    pairs = load_pairs(written["train"])
+    assert {p.meta["kind"] for p in pairs} == {"single", "ordered"}
