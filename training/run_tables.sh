@@ -13,7 +13,7 @@ mkdir -p "$W"
 [ -f "$W/syn/test.jsonl" ] || qaslr make-synthetic "$W/syn" --seed 0
 # Build the feature cache once (train + val + test) so that parallel runs only read it.
 for f in train val test; do
-  qaslr --log-level WARNING train --data "$W/syn/$f.jsonl" --model "$W/ckpt" $FEAT --out "$W/prep" --prepare-only --no-progress
+  qaslr --log-level WARNING train --data "$W/syn/$f.jsonl" --model "$W/ckpt" $FEAT --prepare-only --no-progress
 done
 jobs_file="$W/jobs.txt"; : > "$jobs_file"
 for s in $SEEDS; do

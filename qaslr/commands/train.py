@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--val", default=None, help="validation pairs (JSONL); evaluated at the end and every --eval-every"
     )
-    p.add_argument("--out", required=True, help="output directory (rerun with the same --out to resume)")
+    p.add_argument(
+        "--out", help="output directory (rerun with the same --out to resume; not needed with --prepare-only)"
+    )
     add_feature_arguments(p)
     m = p.add_argument_group("model")
     m.add_argument(
@@ -150,14 +152,17 @@ def run(args: argparse.Namespace) -> int:
     if args.query_conditioning and args.scoring != "conditioned":
         print("error: --query-conditioning needs --scoring conditioned (a rerank head sees the query)")
         return 2
-    out = Path(args.out)
+    if not args.prepare_only and not args.out:
+        print("error: --out is required (the run's output directory) unless --prepare-only")
+        return 2
+    out = Path(args.out) if args.out else None
     try:
         train_pairs = combine_pair_sets([load_task_pairs(path, args.tasks) for path in args.data])
         val_pairs = load_task_pairs(args.val, args.tasks) if args.val else []
     except DataError as exc:
         print(f"error: {exc}")
         return 2
-    if args.fresh and (out / "checkpoint.pt").exists():
+    if out is not None and args.fresh and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()
     cache_root = Path(args.cache) if args.cache else default_cache(args.data[0])
     store = open_store(args, train_pairs + val_pairs, cache_root=cache_root)
