@@ -17,14 +17,21 @@ TRAIN="$FEAT --recipe two-stage --epochs ${EPOCHS:-20} --batch-size 16 --lr 3e-4
 TRAIN="$TRAIN --lambda-clip ${LAMBDA_CLIP:-30}"
 mkdir -p "$W/runs"
 [ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny-world
-# three retrieval sets, 15 training corpora in all (480 single-event + 48 ordered queries) and one
-# validation corpus; the third has the benchmark's longer videos (2-5 min). Seeds 7, 9 and 11 keep
+# six retrieval sets, 30 training corpora in all (about 1,050 queries, single-event and ordered) and
+# one validation corpus; four of them have the benchmark's longer videos (2-5 min). Seeds 7-17 keep
 # every corpus apart from the benchmark's (bench_quality renders corpora 0-2 and 1000-1002).
-[ -f "$W/ret/val.jsonl" ] || qaslr make-synthetic "$W/ret" --kind retrieval --corpora 5 1 0 --seed 7
-[ -f "$W/ret2/train.jsonl" ] || qaslr make-synthetic "$W/ret2" --kind retrieval --corpora 5 0 0 --seed 9
-[ -f "$W/ret3/train.jsonl" ] || qaslr make-synthetic "$W/ret3" --kind retrieval --corpora 5 0 0 --seed 11 \
-  --min-duration 120 --max-duration 300
-DATA=("$W/ret/train.jsonl" "$W/ret2/train.jsonl" "$W/ret3/train.jsonl")
+# name | seed | corpora (train val test) | duration options
+SETS=("ret|7|5 1 0|" "ret2|9|5 0 0|" "ret3|11|5 0 0|--min-duration 120 --max-duration 300"
+      "ret4|13|5 0 0|--min-duration 120 --max-duration 300" "ret5|15|5 0 0|--min-duration 120 --max-duration 300"
+      "ret6|17|5 0 0|--min-duration 120 --max-duration 300")
+DATA=()
+for s in "${SETS[@]}"; do
+  IFS='|' read -r name seed corpora durations <<< "$s"
+  # shellcheck disable=SC2086  # corpora and durations are word lists
+  [ -f "$W/$name/train.jsonl" ] || qaslr make-synthetic "$W/$name" --kind retrieval --corpora $corpora \
+    --seed "$seed" $durations
+  DATA+=("$W/$name/train.jsonl")
+done
 VARIANTS=${VARIANTS:-head-q}
 # name | text in the backbone prompt | the head takes q
 ALL=("head-q|none|--query-conditioning" "plain|none|--no-query-conditioning"

@@ -65,12 +65,16 @@ def test_clip_teacher_and_corpora_options_refuse_what_cannot_work(
     assert "corpora per split must be >= 0" in capsys.readouterr().out
 
 
-def test_train_takes_several_pair_files_and_prepares_their_cache_without_a_run(synthetic_set, tiny_checkpoint, tmp_path, capsys):
+def test_train_takes_several_pair_files_and_prepares_their_cache_without_a_run(
+    synthetic_set, tiny_checkpoint, tmp_path, capsys
+):
     # the same file twice: without per-file id prefixes its ids would clash
     data = str(synthetic_set / "train.jsonl")
     common = ["--model", str(tiny_checkpoint), *FEATURE_ARGS, "--no-progress", "--think-tokens", "8"]
     # the cache first, as before several runs in parallel: no run directory needed for that
-    code = main(["train", "--data", data, data, "--cache", str(tmp_path / "cache"), "--prepare-only", *common])
+    code = main(
+        ["train", "--data", data, data, "--cache", str(tmp_path / "cache"), "--prepare-only", *common]
+    )
     assert code == 0, capsys.readouterr().out
     assert "feature cache ready" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
