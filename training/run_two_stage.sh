@@ -17,9 +17,10 @@ TRAIN="$FEAT --recipe two-stage --epochs ${EPOCHS:-20} --batch-size 16 --lr 3e-4
 TRAIN="$TRAIN --lambda-clip ${LAMBDA_CLIP:-30}"
 mkdir -p "$W/runs"
 [ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny-world
-# six retrieval sets, 30 training corpora in all (about 1,050 queries, single-event and ordered) and
-# one validation corpus; four of them have the benchmark's longer videos (2-5 min). Seeds 7-17 keep
+# six retrieval sets, 30 training corpora in all (960 single-event + 96 ordered queries) and one
+# validation corpus; four of them have the benchmark's longer videos (2-5 min). Seeds 7-17 keep
 # every corpus apart from the benchmark's (bench_quality renders corpora 0-2 and 1000-1002).
+# make-synthetic reuses corpora already rendered, so a rerun only rewrites the (identical) pair files.
 # name | seed | corpora (train val test) | duration options
 SETS=("ret|7|5 1 0|" "ret2|9|5 0 0|" "ret3|11|5 0 0|--min-duration 120 --max-duration 300"
       "ret4|13|5 0 0|--min-duration 120 --max-duration 300" "ret5|15|5 0 0|--min-duration 120 --max-duration 300"
@@ -28,8 +29,7 @@ DATA=()
 for s in "${SETS[@]}"; do
   IFS='|' read -r name seed corpora durations <<< "$s"
   # shellcheck disable=SC2086  # corpora and durations are word lists
-  [ -f "$W/$name/train.jsonl" ] || qaslr make-synthetic "$W/$name" --kind retrieval --corpora $corpora \
-    --seed "$seed" $durations
+  qaslr --log-level WARNING make-synthetic "$W/$name" --kind retrieval --corpora $corpora --seed "$seed" $durations
   DATA+=("$W/$name/train.jsonl")
 done
 VARIANTS=${VARIANTS:-head-q}

@@ -307,6 +307,8 @@ class RetrievalSetConfig:
             raise ValueError("candidates must be >= 2")
         if min(self.train_corpora, self.val_corpora, self.test_corpora) < 0:
             raise ValueError("corpora per split must be >= 0")
+        if self.train_corpora + self.val_corpora + self.test_corpora == 0:
+            raise ValueError("corpora: at least one split needs a corpus (0 0 0 writes nothing)")
         if not 2 <= self.videos <= 32:
             raise ValueError("videos must be between 2 and 32")
 

@@ -63,6 +63,10 @@ def test_clip_teacher_and_corpora_options_refuse_what_cannot_work(
     code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--corpora", "1", "-1", "0"])
     assert code == 2
     assert "corpora per split must be >= 0" in capsys.readouterr().out
+    code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--corpora", "0", "0", "0"])
+    assert code == 2
+    assert "at least one split needs a corpus" in capsys.readouterr().out
+    assert not (tmp_path / "r").exists()
 
 
 def test_train_takes_several_pair_files_and_prepares_their_cache_without_a_run(
