@@ -50,12 +50,25 @@ def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK
 
 
 # -- stage 1: which FAISS index an index gets by its size ------------------------------------------
-# Exact search (Flat) up to this many videos, HNSW beyond (no training, so adds keep working). `indexer
-# build` chooses by the source's size, `indexer add` and `indexer compact` switch when the corpus
-# crosses it. Chosen from benchmarks/bench_faiss_types.py (docs/architecture.md, "FAISS index types").
+# Exact search (Flat) up to this many videos, IVF beyond. `indexer build` chooses by the source's size,
+# `indexer add` and `indexer compact` switch when the corpus crosses it. Chosen from
+# benchmarks/bench_faiss_types.py (docs/architecture.md, "FAISS index types").
 FAISS_EXACT_MAX_VECTORS = 50_000
 FAISS_EXACT_FACTORY = "IDMap2,Flat"
-FAISS_ANN_FACTORY = "IDMap2,HNSW32,Flat"
+# Beyond the threshold: IVF with an explicit flat coarse quantizer, nlist = 4 * sqrt(2^k) for the
+# octave 2^k <= N < 2^(k+1) (indexer.store.faiss_index.ivf_lists). The "(Flat)" spelling marks the
+# automatic choice (a factory forced with --faiss-factory stays as it is). At 1M clustered vectors
+# (docs/bench/faiss_types_1m.json) HNSW32 with efSearch 128 kept only about 81 % of the exact top 10,
+# while this IVF keeps >= 95 % within the stage-1 budget on one thread; unlike HNSW it removes in
+# place and goes to the GPU. It is trained when the corpus crosses the threshold, re-trained by
+# `indexer add` when N enters a new octave (at most once per doubling) and by every `indexer compact`.
+FAISS_ANN_FACTORY = "IDMap2,IVF{nlist}(Flat),Flat"
+FAISS_IVF_LISTS_PER_SQRT = 4.0  # nlist = this * sqrt(octave of N)
+FAISS_IVF_MIN_TRAIN_PER_LIST = 39  # FAISS's minimum of training points per list (fewer: exact search)
+FAISS_IVF_TRAIN_PER_LIST = 40  # k-means sample per list (FAISS caps at 256; 40 trains 6x faster)
+FAISS_IVF_NPROBE = 64  # lists searched: min(this, nlist / 8), at least 1
+# the automatic ANN type of earlier versions: switched to the IVF above by the next add or compact
+FAISS_LEGACY_ANN_FACTORIES = ("IDMap2,HNSW32,Flat",)
 FAISS_HNSW_EF_SEARCH = 128  # HNSW search breadth (at least the k asked for); FAISS's default is 16
 
 

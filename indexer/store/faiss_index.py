@@ -4,20 +4,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import re
 from pathlib import Path
 
 import numpy as np
 
-from core.config import FAISS_ANN_FACTORY, FAISS_EXACT_FACTORY, FAISS_EXACT_MAX_VECTORS, FAISS_HNSW_EF_SEARCH
+from core.config import (
+    FAISS_ANN_FACTORY,
+    FAISS_EXACT_FACTORY,
+    FAISS_EXACT_MAX_VECTORS,
+    FAISS_HNSW_EF_SEARCH,
+    FAISS_IVF_LISTS_PER_SQRT,
+    FAISS_IVF_MIN_TRAIN_PER_LIST,
+    FAISS_IVF_NPROBE,
+    FAISS_IVF_TRAIN_PER_LIST,
+    FAISS_LEGACY_ANN_FACTORIES,
+)
 from indexer.store.format import IndexFormatError
 
 logger = logging.getLogger(__name__)
 
-# Default FAISS choice by corpus size (core.config): exact search while it is cheap, HNSW beyond (no
-# training, so incremental adds keep working). Any factory string can be forced with --faiss-factory.
+# Default FAISS choice by corpus size (core.config): exact search while it is cheap, IVF beyond (trained
+# when the corpus crosses the threshold, re-trained as it grows). Any factory string can be forced with
+# --faiss-factory; a forced one is never switched.
 EXACT_MAX_VECTORS = FAISS_EXACT_MAX_VECTORS
 EXACT_FACTORY = FAISS_EXACT_FACTORY
-AUTOMATIC_FACTORIES = (FAISS_EXACT_FACTORY, FAISS_ANN_FACTORY)
+_AUTOMATIC_IVF = re.compile(re.escape(FAISS_ANN_FACTORY).replace(re.escape("{nlist}"), r"(\d+)") + "$")
 
 
 def normalize_factory(factory: str) -> str:
@@ -25,15 +38,43 @@ def normalize_factory(factory: str) -> str:
     return factory if factory.upper().startswith("IDMAP") else f"IDMap2,{factory}"
 
 
+def ivf_lists(num_vectors: int) -> int:
+    """nlist of the automatic IVF type for ``num_vectors``: 4 * sqrt(2^k) for the octave
+    2^k <= N < 2^(k+1), so that it changes (and the index is re-trained) at most once per doubling of
+    N; at most 2^k / 39 lists so that k-means has enough points, and at least 1."""
+    octave = 1 << max(0, int(num_vectors).bit_length() - 1)
+    return max(
+        1, min(round(FAISS_IVF_LISTS_PER_SQRT * math.sqrt(octave)), octave // FAISS_IVF_MIN_TRAIN_PER_LIST)
+    )
+
+
+def ann_factory(num_vectors: int) -> str:
+    """The automatic approximate factory for ``num_vectors`` (above the exact threshold)."""
+    return FAISS_ANN_FACTORY.format(nlist=ivf_lists(num_vectors))
+
+
+def is_automatic(factory: str) -> bool:
+    """True for the factories the automatic choice makes (exact, its IVF, or the earlier HNSW32);
+    False for one forced with --faiss-factory."""
+    factory = normalize_factory(factory)
+    return (
+        factory == EXACT_FACTORY
+        or factory in FAISS_LEGACY_ANN_FACTORIES
+        or _AUTOMATIC_IVF.match(factory) is not None
+    )
+
+
 def default_factory(num_vectors: int, exact_max: int = FAISS_EXACT_MAX_VECTORS) -> str:
-    return EXACT_FACTORY if num_vectors <= exact_max else FAISS_ANN_FACTORY
+    return EXACT_FACTORY if num_vectors <= exact_max else ann_factory(num_vectors)
 
 
 def automatic_switch(current: str, num_vectors: int, exact_max: int = FAISS_EXACT_MAX_VECTORS) -> str | None:
     """The factory an index of ``num_vectors`` should switch to, or None: when it already has it, or when
-    its factory is not one of the automatic choices (one forced with --faiss-factory stays)."""
+    its factory is not one of the automatic choices (one forced with --faiss-factory stays). Above the
+    threshold this includes a re-training with more IVF lists once N has entered a new octave
+    (:func:`ivf_lists`)."""
     current = normalize_factory(current)
-    if current not in AUTOMATIC_FACTORIES:
+    if not is_automatic(current):
         return None
     wanted = default_factory(num_vectors, exact_max)
     return None if wanted == current else wanted
@@ -46,6 +87,11 @@ def needs_training(factory: str, dim: int) -> bool:
     return not probe.is_trained
 
 
+def min_training_points(nlist: int) -> int:
+    """Vectors needed to train ``nlist`` IVF lists: 39 per list (FAISS's minimum), 1 for a single list."""
+    return 1 if nlist <= 1 else nlist * FAISS_IVF_MIN_TRAIN_PER_LIST
+
+
 def make_faiss_index(factory: str, dim: int, embeddings: np.ndarray, ids: np.ndarray):
     """Build a FAISS index from scratch (training first when the factory needs it). When there are
     too few vectors to train (e.g. IVF with few videos) it falls back to exact search and says so."""
@@ -55,19 +101,21 @@ def make_faiss_index(factory: str, dim: int, embeddings: np.ndarray, ids: np.nda
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     if not index.is_trained:
         nlist = ivf_nlist(index)
-        if len(embeddings) < max(nlist, 1) * 39:
+        needed = min_training_points(nlist)
+        if len(embeddings) < needed:
             logger.warning(
                 "FAISS factory %r needs at least %d vectors to train; the index has %d: using exact search",
                 factory,
-                max(nlist, 1) * 39,
+                needed,
                 len(embeddings),
             )
             factory = EXACT_FACTORY
             index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         else:
             train = np.ascontiguousarray(embeddings, dtype=np.float32)
-            if len(train) > nlist * 256:  # FAISS's own cap on useful training points; fixed seed
-                pick = np.sort(np.random.default_rng(0).choice(len(train), nlist * 256, replace=False))
+            cap = max(nlist, 1) * FAISS_IVF_TRAIN_PER_LIST
+            if len(train) > cap:  # a fixed-seed sample: k-means is the slow part of training
+                pick = np.sort(np.random.default_rng(0).choice(len(train), cap, replace=False))
                 train = train[pick]
             if not train_on_gpu(index, train):  # GPU k-means when faiss-gpu sees a GPU
                 index.train(train)
@@ -84,6 +132,11 @@ def ivf_nlist(index) -> int:
         inner = faiss.downcast_index(index.index if hasattr(index, "index") else index)
         return int(faiss.extract_index_ivf(inner).nlist)
     return 0
+
+
+def ivf_nprobe(nlist: int) -> int:
+    """IVF lists searched per query, on the CPU and the GPU: nlist / 8, at most FAISS_IVF_NPROBE."""
+    return max(1, min(FAISS_IVF_NPROBE, nlist // 8))
 
 
 def faiss_ids(index) -> np.ndarray:
@@ -134,7 +187,7 @@ def search_params(*, allowed_fids: np.ndarray | None, nlist: int, hnsw: bool = F
     search returns."""
     import faiss
 
-    nprobe = max(1, min(64, nlist // 8))
+    nprobe = ivf_nprobe(nlist)
     sel = faiss.IDSelectorBatch(allowed_fids) if allowed_fids is not None else None
     extra = {} if sel is None else {"sel": sel}
     if nlist > 0:
@@ -175,7 +228,7 @@ class GpuSearch:
         self.gpu = faiss.index_cpu_to_gpu(self.resources, device, inner)
         nlist = ivf_nlist(index)
         if nlist:
-            self.gpu.nprobe = max(1, min(64, nlist // 8))  # as search_params chooses on the CPU
+            self.gpu.nprobe = ivf_nprobe(nlist)  # as search_params chooses on the CPU
         self.id_map = faiss.vector_to_array(index.id_map).astype(np.int64)
 
     def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
