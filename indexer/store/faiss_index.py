@@ -180,14 +180,20 @@ def is_hnsw(index) -> bool:
     return isinstance(inner, faiss.IndexHNSW)
 
 
-def search_params(*, allowed_fids: np.ndarray | None, nlist: int, hnsw: bool = False, k: int = 0):
+def search_params(
+    *, allowed_fids: np.ndarray | None, nlist: int, hnsw: bool = False, k: int = 0, ntotal: int = 0
+):
     """(parameters, selector) for one FAISS search: an id selector for filtered search, nprobe for IVF
     indexes, efSearch for HNSW (at least ``k``; FAISS's default of 16 lost a quarter of the top 10 at
-    100k vectors, benchmarks/bench_faiss_types.py). The caller keeps the selector referenced until the
-    search returns."""
+    100k vectors, benchmarks/bench_faiss_types.py). A filtered IVF search probes more lists, in
+    proportion to how few of the ``ntotal`` vectors the filter allows (all of them for a selective
+    filter), as the selector only sees the vectors of the lists probed. The caller keeps the selector
+    referenced until the search returns."""
     import faiss
 
     nprobe = ivf_nprobe(nlist)
+    if allowed_fids is not None and nlist > 0 and ntotal > 0:
+        nprobe = min(nlist, max(nprobe, math.ceil(nprobe * ntotal / max(1, len(allowed_fids)))))
     sel = faiss.IDSelectorBatch(allowed_fids) if allowed_fids is not None else None
     extra = {} if sel is None else {"sel": sel}
     if nlist > 0:

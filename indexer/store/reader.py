@@ -147,7 +147,7 @@ class IndexReader:
                 return [[] for _ in q]
         fetch = min(k + 8, self._index.ntotal)  # a few spare slots for ids removed since the checkpoint
         params, selector = fx.search_params(
-            allowed_fids=allowed_fids, nlist=self._nlist, hnsw=self._hnsw, k=fetch
+            allowed_fids=allowed_fids, nlist=self._nlist, hnsw=self._hnsw, k=fetch, ntotal=self._index.ntotal
         )
         if self._gpu is not None and allowed_fids is None:
             scores, labels = self._gpu.search(q, fetch)

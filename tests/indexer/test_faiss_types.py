@@ -123,6 +123,9 @@ def test_crossing_the_threshold_trains_ivf_and_adds_removes_filters_work(tmp_pat
         allowed = {"v1200", "v7", "v8", "v9"}
         hits = r.search(x[1200][None], 3, allowed_ids=allowed)[0]
         assert hits[0][0] == "v1200" and {h[0] for h in hits} <= allowed
+        # a selective filter far from the query: every allowed video is still found (more lists probed)
+        far = [f"v{i}" for i in np.argsort(x[:1100] @ x[1300])[:3]]
+        assert sorted(h[0] for h in r.search(x[1300][None], 10, allowed_ids=set(far))[0]) == sorted(far)
         allowed = {v.id for v in r.videos() if v.metadata["cat"] == "a"}
         for row in r.search(x[:50], 10, allowed_ids=allowed):
             assert row and {h[0] for h in row} <= allowed
