@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from service import images
 from service.auth import require_api_key
 from service.errors import ApiError, error_body
+from service.honesty import answer_warnings
 from service.paging import (
     MAX_OFFSET,
     InvalidPageToken,
@@ -173,9 +174,11 @@ async def search(
             raise
         raise refusal from None
     state.metrics.observe_search(result)
-    return to_response(
+    response = to_response(
         result, request.state.request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
     )
+    response.warnings += answer_warnings(prep.engine)  # the shapes-world backbone says so
+    return response
 
 
 @router.post(
@@ -260,6 +263,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
                 response = to_response(
                     result, request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
                 )
+                response.warnings += answer_warnings(prep.engine)  # the shapes-world backbone says so
                 yield json.dumps({"type": "final", "response": response.model_dump(mode="json")}) + "\n"
             else:
                 refusal = _refusal(exc, state) or ApiError(
