@@ -59,6 +59,7 @@ _RESPONSES = {
     422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
     429: {"model": ErrorResponse, "description": "the search queue is full"},
     503: {"model": ErrorResponse, "description": "not ready yet, or the request deadline passed"},
+    500: {"model": ErrorResponse, "description": "an unexpected server error (logged under the request id)"},
 }
 
 
