@@ -78,3 +78,41 @@ def test_a_random_checkpoint_is_not_shapes_world(server):
     assert ready["shapes_world"] is False and "shapes-world" not in ready.get("warning", "")
     r = server.post("/search", json={"query": "a red block", "mode": "indexed", "top_k": 1})
     assert r.status_code == 200 and not any("shapes-world" in w for w in r.json()["warnings"])
+
+
+@pytest.mark.timeout(300)
+def test_the_page_shows_the_shapes_world_banner_in_a_real_browser(
+    world_index, tiny_world_checkpoint, tmp_path
+):
+    from tests.service.test_page import _browser
+
+    chromium, chromedriver = _browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    settings = Settings(
+        index=world_index, model=str(tiny_world_checkpoint), default_frames=4, max_frames=4, redis_url=None
+    )
+    options = Options()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1280,700")
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    try:
+        with live_server(create_app(settings)) as client:
+            driver.get(str(client.base_url) + "/")
+            banner = driver.find_element(By.ID, "shapes-world")
+            WebDriverWait(driver, 30, poll_frequency=0.1).until(lambda d: banner.is_displayed())
+            assert "shapes-world" in banner.text and "mean nothing" in banner.text
+            shot = tmp_path / "shapes-world-banner.png"
+            assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
+    finally:
+        driver.quit()
