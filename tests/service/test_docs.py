@@ -85,3 +85,17 @@ def test_swagger_ui_renders_the_document_in_a_real_browser(app, tmp_path):
             assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
     finally:
         driver.quit()
+
+
+def test_without_the_assets_package_the_docs_say_so_instead_of_a_blank_page(monkeypatch):
+    import service.docs
+    from service.app import create_app
+    from service.settings import Settings
+
+    monkeypatch.setattr(service.docs, "assets_dir", lambda: None)
+    client = TestClient(create_app(Settings(index=None, redis_url=None)))
+    for page in ("/docs", "/redoc"):
+        r = client.get(page)
+        assert r.status_code == 200 and "fastapi-offline" in r.text and "href='/openapi.json'" in r.text
+        assert "http://" not in r.text and "https://" not in r.text
+    assert client.get("/docs-assets/swagger-ui-bundle.js").status_code == 404
