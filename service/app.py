@@ -5,7 +5,8 @@
 
 Routes: ``GET /`` (the search page), ``POST /search``, ``POST /search/stream``, ``GET /videos/{id}``,
 ``GET /videos/{id}/frames/{n}``, ``GET /videos/{id}/media``, ``POST /media-token``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``,
-``POST /admin/reload-index`` (also on SIGHUP), and the OpenAPI docs at ``/docs``. ``serve(settings)`` runs the app under uvicorn.
+``POST /admin/reload-index`` (also on SIGHUP), and the OpenAPI docs at ``/docs`` and ``/redoc``
+(from local assets, service/docs.py). ``serve(settings)`` runs the app under uvicorn.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from core.config import MAX_BODY_BYTES, app_version
+from service.docs import install_docs
 from service.errors import BodyLimitMiddleware, RequestIdMiddleware, install_error_handlers
 from service.routers import admin, health, media, page, search, videos
 from service.settings import Settings
@@ -91,6 +93,8 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
         version=app_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from local assets by install_docs (no CDN)
+        redoc_url=None,
     )
     app.state.qaslr = state
     install_error_handlers(app)
@@ -108,6 +112,7 @@ def create_app(settings: Settings | None = None, *, engine=None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(page.router)
     app.mount("/static", page.static_files(), name="static")
+    install_docs(app)
     _state_server_bounds(app, settings)
     return app
 

@@ -79,9 +79,98 @@ def _where(loc) -> str:
     return ".".join(parts)
 
 
-def _validation_message(err: dict) -> str:
+# what a field whose value did not match its pattern must look like, in words (never the regex)
+PATTERN_HELP = {
+    "query": "must contain at least one character that is not white space",
+    "image": "must be base64 text (letters, digits, '+', '/', '=' padding), optionally as a "
+    "data:image/...;base64, URL",
+    "page_token": "is not a page token this server issued: send the `next_page_token` of the previous "
+    "answer unchanged",
+}
+FILTER_OPERATORS = ("in", "gte", "gt", "lte", "lt")
+_BRANCH_NOISE = {"constrained-str", "str", "int", "float", "bool", "none"}
+
+
+def _validation_message(err: dict, field: str) -> str:
+    kind = err.get("type", "")
+    if kind == "string_pattern_mismatch":
+        return PATTERN_HELP.get(field, "is not in a form this field accepts")
+    if kind == "extra_forbidden":
+        return "is not a field of this request"
+    if kind == "missing":
+        return "is required"
     msg = str(err.get("msg", "invalid value"))
-    return msg.removeprefix("Value error, ")
+    return msg.removeprefix("Value error, ").replace("Input should be", "should be")
+
+
+def _filter_condition_message(value, limits: dict) -> str:
+    """What is wrong with one filter condition, from the value the client sent (pydantic reports one
+    error per branch of the condition's union; a person needs the one that applies)."""
+    ops = ", ".join(FILTER_OPERATORS)
+    chars = limits["chars"]
+    if isinstance(value, dict):
+        unknown = [k for k in value if k not in FILTER_OPERATORS]
+        if unknown:
+            names = ", ".join(repr(k) for k in unknown)
+            word = "operator" if len(unknown) == 1 else "operators"
+            return (
+                f"unknown {word} {names}; allowed operators: {ops} "
+                '({"in": [values]} or a range such as {"gte": 10, "lt": 60}), or a plain value for equality'
+            )
+        if not value:
+            return f"an empty condition; give one of the operators {ops}"
+        if "in" in value and len(value) > 1:
+            return "'in' cannot be combined with the range operators gte, gt, lte, lt"
+        if "in" in value:
+            values = value["in"]
+            if not isinstance(values, list):
+                return 'the operator \'in\' takes a list of values, e.g. {"in": ["a", "b"]}'
+            if len(values) > limits["values"]:
+                return f"the operator 'in' takes at most {limits['values']} values"
+            return (
+                f"the values of 'in' must be strings (at most {chars} characters), numbers, booleans or null"
+            )
+        return f"range bounds (gte, gt, lte, lt) must be numbers or strings (at most {chars} characters)"
+    if isinstance(value, list):
+        return 'a list is not a filter value; to match any of several values use {"in": [...]}'
+    if isinstance(value, str):
+        return f"a string value is at most {chars} characters"
+    return (
+        'a condition is a value (string, number, boolean or null), {"in": [values]}, '
+        f"or a range with the operators {ops}"
+    )
+
+
+def _problems(errors: list[dict], body) -> list[dict]:
+    """One ``{"field", "message"}`` per problem: a filter condition's union branches are folded into
+    one message that says what applies, patterns are said in words, duplicates are dropped."""
+    from core.config import MAX_FILTER_KEY_CHARS, MAX_FILTER_STRING_CHARS, MAX_FILTER_VALUES
+
+    limits = {"chars": MAX_FILTER_STRING_CHARS, "values": MAX_FILTER_VALUES}
+    sent = body.get("filter") if isinstance(body, dict) else None
+    problems, seen = [], set()
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        field = _field_name(loc)
+        in_body = bool(loc) and loc[0] == "body"
+        if in_body and field == "filter" and len(loc) >= 3 and isinstance(loc[2], str):
+            key = loc[2]
+            if "[key]" in loc[3:]:
+                where, message = "", f"the key {key[:40]!r} must be 1-{MAX_FILTER_KEY_CHARS} characters"
+            elif isinstance(sent, dict) and key in sent:
+                where, message = key, _filter_condition_message(sent[key], limits)
+            else:
+                noise = set(map(str, loc[3:])) & _BRANCH_NOISE
+                where = ".".join(str(p) for p in loc[2:] if str(p) not in noise and not str(p)[:1].isupper())
+                message = _validation_message(err, field)
+        else:
+            where = _where(loc) if in_body else ""
+            message = _validation_message(err, field)
+        if (field, where) in seen:  # one message per place: the first (most specific) one
+            continue
+        seen.add((field, where))
+        problems.append({"field": field, "where": where, "message": message})
+    return problems
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -92,19 +181,19 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         errors = exc.errors()
-        fields = []
-        for err in errors:
-            loc = err.get("loc", ())
-            where = _where(loc) if loc and loc[0] == "body" else ""
-            message = _validation_message(err)
-            fields.append({"field": _field_name(loc), "message": f"{where}: {message}" if where else message})
-        if not fields:
-            fields = [{"field": "body", "message": "invalid request"}]
-        first = fields[0]
+        problems = _problems(errors, getattr(exc, "body", None))
+        if not problems:
+            problems = [{"field": "body", "where": "", "message": "invalid request"}]
+        fields = [
+            {"field": p["field"], "message": f"{p['where']}: {p['message']}" if p["where"] else p["message"]}
+            for p in problems
+        ]
+        first = problems[0]
         if first["field"] == "body" and any(e.get("type") == "json_invalid" for e in errors):
             message = "request body is not valid JSON"
         else:
-            message = f"{first['field']}: {first['message']}"
+            place = f"{first['field']}.{first['where']}" if first["where"] else first["field"]
+            message = f"{place}: {first['message']}"
         body = error_body("validation_error", message, field=first["field"])
         body["error"]["fields"] = fields
         return JSONResponse(body, status_code=422)

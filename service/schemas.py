@@ -50,7 +50,7 @@ _SEARCH_EXAMPLE = {
     "shortlist": 10,
     "mode": "rerank",
     "frames": 32,
-    "filter": {"split": "test", "duration_s": {"gte": 60}},
+    "filter": {"kind": "single", "duration_s": {"gte": 60}},
     "include_evidence": True,
 }
 
@@ -194,7 +194,7 @@ class SearchRequest(BaseModel):
         description="metadata filter: {field: value} equality, {field: {'in': [...]}}, "
         "{field: {'gte'|'gt'|'lte'|'lt': number or string}}; fields are the index's metadata keys and "
         "duration_s, fps, num_frames, width, height",
-        examples=[{"split": "test", "duration_s": {"gte": 60, "lt": 600}}],
+        examples=[{"kind": "single", "duration_s": {"gte": 60, "lt": 600}}],
     )
     include_evidence: StrictBool = Field(True, description="return evidence frames and the best moment")
     seed: Seed | None = Field(None, description="seed of the query-aware frame sampling (default: server's)")
@@ -345,7 +345,11 @@ class SearchResponse(BaseModel):
                             "stage1_rank": 3,
                             "reranked": True,
                             "duration_s": 94.0,
-                            "metadata": {"split": "test"},
+                            "metadata": {
+                                "title": "a red square appears",
+                                "kind": "single",
+                                "duration_s": 94.0,
+                            },
                             "evidence": {
                                 "frames": [{"frame_index": 1200, "timestamp_s": 40.0, "relevance": 0.52}],
                                 "moment": {"start_s": 38.0, "end_s": 44.0, "source": "streaming"},

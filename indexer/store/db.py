@@ -279,6 +279,15 @@ class MetadataStore:
                 )
             yield rec, bank
 
+    def metadata_keys(self) -> list[str]:
+        """The user-metadata keys of the indexed videos (top-level keys of their metadata JSON), sorted."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT m.key AS key FROM videos AS v, json_each(v.metadata) AS m "
+            "WHERE v.status = ? AND json_type(v.metadata) = 'object' ORDER BY m.key",
+            (STATUS_INDEXED,),
+        )
+        return [r["key"] for r in rows]
+
     def frame_indices(self, video_id: str) -> bytes | None:
         row = self.conn.execute("SELECT frame_indices FROM videos WHERE id = ?", (video_id,)).fetchone()
         return None if row is None else row["frame_indices"]

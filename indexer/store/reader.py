@@ -15,6 +15,7 @@ from indexer.store import faiss_index as fx
 from indexer.store.db import BankLocation, MetadataStore
 from indexer.store.filters import matches, parse_filter
 from indexer.store.format import (
+    BUILTIN_FILTER_FIELDS,
     FAISS_FILE,
     METADATA,
     STATUS_FAILED,
@@ -44,6 +45,7 @@ class IndexReader:
         self._lock = threading.Lock()
         self._records: dict[str, VideoRecord] = {}
         self._banks: dict[str, BankLocation] = {}
+        self._metadata_keys: tuple[str, ...] | None = None
         try:
             self._db = MetadataStore.open_readonly(meta, check_same_thread=False)
             try:
@@ -169,6 +171,18 @@ class IndexReader:
 
     def videos(self, *, status: str | None = STATUS_INDEXED) -> list[VideoRecord]:
         return [r for r in self._records.values() if status is None or r.status == status]
+
+    def metadata_keys(self, *, builtin: bool = False) -> list[str]:
+        """The metadata keys the index's indexed videos carry, sorted (what a filter can name besides
+        the built-in fields); with ``builtin``, :data:`BUILTIN_FILTER_FIELDS` too. Computed from the
+        metadata store once, then cached (a reader never sees new videos; a reload opens a new one)."""
+        with self._lock:
+            if self._metadata_keys is None:
+                self._metadata_keys = tuple(self._db.metadata_keys())
+            keys = self._metadata_keys
+        if builtin:
+            return sorted(set(keys) | set(BUILTIN_FILTER_FIELDS))
+        return list(keys)
 
     def filter_ids(self, flt: dict) -> set[str]:
         """Ids of indexed videos whose metadata match every condition of ``flt``."""

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from service.honesty import backbone_warnings, is_shapes_world
 from service.state import AppState, get_state
 
 router = APIRouter(tags=["operations"])
@@ -20,7 +21,15 @@ async def healthz() -> dict:
     "/readyz",
     summary="The model and index are loaded",
     responses={
-        200: {"content": {"application/json": {"example": {"status": "ready", "random_weights": False}}}},
+        200: {
+            "description": "ready; `random_weights` and `shapes_world` say whether rankings mean anything "
+            "for real video (`warning` then says why they do not)",
+            "content": {
+                "application/json": {
+                    "example": {"status": "ready", "random_weights": False, "shapes_world": False}
+                }
+            },
+        },
         503: {"content": {"application/json": {"example": {"status": "loading"}}}},
     },
 )
@@ -31,9 +40,15 @@ async def readyz(state: AppState = Depends(get_state)):
             body["error"] = state.error
         return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
     engine = state.engine
-    body = {"status": "ready", "random_weights": bool(engine.random_weights), **engine.info}
-    if engine.random_weights:
-        body["warning"] = "the backbone has random weights: rankings are meaningless"
+    body = {
+        "status": "ready",
+        "random_weights": bool(engine.random_weights),
+        "shapes_world": is_shapes_world(engine),
+        **engine.info,
+    }
+    warnings = backbone_warnings(engine)
+    if warnings:
+        body["warning"] = "; ".join(warnings)
     return body
 
 

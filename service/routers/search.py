@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from service import images
 from service.auth import require_api_key
 from service.errors import ApiError, error_body
+from service.honesty import answer_warnings
 from service.paging import (
     MAX_OFFSET,
     InvalidPageToken,
@@ -58,6 +59,7 @@ _RESPONSES = {
     422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
     429: {"model": ErrorResponse, "description": "the search queue is full"},
     503: {"model": ErrorResponse, "description": "not ready yet, or the request deadline passed"},
+    500: {"model": ErrorResponse, "description": "an unexpected server error (logged under the request id)"},
 }
 
 
@@ -173,9 +175,11 @@ async def search(
             raise
         raise refusal from None
     state.metrics.observe_search(result)
-    return to_response(
+    response = to_response(
         result, request.state.request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
     )
+    response.warnings += answer_warnings(prep.engine)  # the shapes-world backbone says so
+    return response
 
 
 @router.post(
@@ -260,6 +264,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
                 response = to_response(
                     result, request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
                 )
+                response.warnings += answer_warnings(prep.engine)  # the shapes-world backbone says so
                 yield json.dumps({"type": "final", "response": response.model_dump(mode="json")}) + "\n"
             else:
                 refusal = _refusal(exc, state) or ApiError(

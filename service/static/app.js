@@ -71,6 +71,7 @@ async function loadStatus() {
       let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: ${body.rerank}`;
       if (body.random_weights) text += " · ⚠ random weights: rankings are meaningless";
       $("server").textContent = text;
+      $("shapes-world").hidden = !body.shapes_world;
     } else {
       $("server").textContent = `not ready: ${body.status}${body.error ? " — " + body.error : ""}`;
       setTimeout(loadStatus, 2000);
