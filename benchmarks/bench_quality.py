@@ -203,8 +203,8 @@ def modes_for(args) -> list[Mode]:
 
 
 def one_seed(seed: int, args, model: Path) -> dict:
-    from service.engine import load_engine
-    from service.settings import Settings
+    from engine.config import EngineConfig
+    from engine.loader import load_engine
     from world.corpus import CorpusConfig, make_corpus
 
     work = Path(args.workdir)
@@ -232,10 +232,10 @@ def one_seed(seed: int, args, model: Path) -> dict:
                 continue
             index = work / f"index-{mode.index}-{name}-{seed}-{model.name}"
             build(corpus.manifest, index, model, head)
-            settings = Settings(
+            config = EngineConfig(
                 index=index, model=str(model), head=head, default_frames=args.frames, **dict(mode.settings)
             )
-            engine = load_engine(settings)
+            engine = load_engine(config)
             try:
                 row = results.setdefault(mode.name, {})
                 if name == "single":

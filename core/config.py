@@ -83,6 +83,7 @@ QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores
 # before 76.0 +- 1.5 (stage 1: 59.4 +- 4.4). The query already chose the frames; putting its text in
 # the prompt moved v_ij further from v_j and ranked worse.
 DEFAULT_ONESHOT_CONDITIONING = TextConditioning.NONE
+DEFAULT_TEXT_CONDITIONING = DEFAULT_ONESHOT_CONDITIONING
 
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------
 MAX_QUERY_CHARS = 1000

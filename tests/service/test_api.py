@@ -23,15 +23,15 @@ def _no_internals(text: str) -> None:
 
 
 def test_readiness_before_load_then_ready(make_settings):
+    from engine.loader import load_engine
     from service.app import create_app
-    from service.engine import load_engine
 
     settings = make_settings()
     gate = threading.Event()
 
     def slow_loader():
         assert gate.wait(30)
-        return load_engine(settings)
+        return load_engine(settings.engine_config())
 
     app = create_app(settings, engine=slow_loader)
     with live_server(app, wait_ready=False) as client:

@@ -43,7 +43,7 @@ def test_env_example_documents_every_setting():
 
 
 def test_best_moment_helpers():
-    from service.moments import best_step, best_window, frame_span
+    from engine.moments import best_step, best_window, frame_span
 
     # the largest gain is step 3 (0.1 -> 0.5), not the largest score (step 4)
     assert best_step(np.array([0.0, 0.1, 0.5, 0.55]), baseline=0.0) == 2

@@ -2,11 +2,11 @@
 
     q = backbone text embedding of the query                              (query_embed)
     stage 1: FAISS top-R over the stored v_j (optionally within a filter) (filter, faiss)
-    stage 2 (mode "rerank"): service.rerank.Reranker re-scores the R candidates with query-aware
+    stage 2 (mode "rerank"): the heavy tier (engine.tiers) re-scores the R candidates with query-aware
         selection and query-conditioned encoding (selection, decode, encode, head), s_ij = q · v_ij
 A stage-1 miss stays a miss: stage 2 only reorders the shortlist.
 
-Evidence and the best moment (service.moments). The evidence of a reranked candidate is its K'
+Evidence and the best moment (engine.moments). The evidence of a reranked candidate is its K'
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
 streaming step that gained most similarity to q (or, one-shot, the best window of frames). In
 ``indexed`` mode the evidence is the top-K' frames of the bank by relevance.
@@ -38,10 +38,10 @@ from core.config import (
     Embedder,
     SearchMode,
 )
-from models.streaming import VideoEncoder
-from service.cache import FrameCache
-from service.frames import FrameSource
-from service.moments import (
+from engine.cache import FrameCache
+from engine.frames import FrameSource
+from engine.hits import EvidenceItem, Hit
+from engine.moments import (
     Timeline,
     best_window,
     clip_windows,
@@ -49,7 +49,9 @@ from service.moments import (
     relevance_scores,
     relevance_timeline,
 )
-from service.rerank import EvidenceItem, Hit, Reranker, RerankStats, clip_len
+from engine.tiers import RerankStats, TierRequest, encoding_tier
+from engine.tiers.encoded import clip_len
+from models.streaming import VideoEncoder
 
 __all__ = [
     "ClipHit",
@@ -94,16 +96,17 @@ class SearcherConfig:
     decode_workers: int = 4  # threads decoding cache misses, one video each
 
     @classmethod
-    def from_settings(cls, settings) -> SearcherConfig:
+    def from_engine_config(cls, config) -> SearcherConfig:
+        """The searcher's part of an :class:`engine.config.EngineConfig`."""
         return cls(
-            default_shortlist=settings.default_shortlist,
-            default_frames=settings.default_frames,
-            max_frames=settings.max_frames,
-            temperature=settings.selection_temperature,
-            seed=settings.selection_seed,
-            decode_workers=settings.decode_workers,
-            exit_threshold=settings.exit_threshold,
-            exit_min_steps=settings.exit_min_steps,
+            default_shortlist=config.default_shortlist,
+            default_frames=config.default_frames,
+            max_frames=config.max_frames,
+            temperature=config.selection_temperature,
+            seed=config.selection_seed,
+            decode_workers=config.decode_workers,
+            exit_threshold=config.exit_threshold,
+            exit_min_steps=config.exit_min_steps,
         )
 
 
@@ -205,7 +208,6 @@ class Searcher:
         cache: FrameCache,
         *,
         config: SearcherConfig | None = None,
-        settings=None,
         frame_size: int | None = None,
         rerank_encoder: VideoEncoder | None = None,
         gate=None,
@@ -213,9 +215,7 @@ class Searcher:
         self.encoder = encoder
         self.index = index
         self.cache = cache
-        if config is None:
-            config = SearcherConfig.from_settings(settings) if settings is not None else SearcherConfig()
-        self.config = config
+        self.config = config or SearcherConfig()
         manifest = index.manifest
         self.embedder = encoder.mode
         if manifest.embedder != encoder.mode:
@@ -230,7 +230,7 @@ class Searcher:
             # the index's stored pixels are at its own working size: another size decodes instead
             store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
         )
-        self.reranker = Reranker(
+        self.reranker = encoding_tier(
             rerank_encoder or encoder,
             index,
             self.frames,
@@ -398,10 +398,12 @@ class Searcher:
             result.rerank_embedder = self.rerank_embedder
             stats = RerankStats()
             try:
-                hits = self.reranker.run(
-                    p.query if p.image is None else None, q[0], hits, frames=p.frames, seed=p.seed, exit_threshold=p.exit_threshold,
-                    stats=stats, clock=clock, on_update=on_update, chunk=p.update_chunk,
+                tier_request = TierRequest(
+                    query=p.query if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
+                    stats=stats, clock=clock, exit_threshold=p.exit_threshold, on_update=on_update,
+                    chunk=p.update_chunk,
                 )  # fmt: skip
+                hits = self.reranker.run(tier_request, hits)
             finally:
                 f = stats.frames
                 result.cache_hits, result.cache_misses = f.cache_hits, f.cache_misses
