@@ -13,9 +13,12 @@ from pathlib import Path
 
 from core.config import (
     DEFAULT_FRAMES,
+    DEFAULT_HEAVY,
     DEFAULT_MODEL_ID,
+    DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
     DEFAULT_TEXT_CONDITIONING,
+    FRAME_AGGREGATE,
     MAX_FRAMES,
     QFRAME_TEMPERATURE,
     TextConditioning,
@@ -59,6 +62,9 @@ class EngineConfig:
     exit_min_steps: int = 2  # t_min
     decode_workers: int = 4  # threads decoding cache misses (one video each)
     clip_batch_size: int = 8  # clips per backbone forward pass (shared by candidates)
+    heavy: int = DEFAULT_HEAVY  # the cascade: the frame tier's top this many get the heavy tier
+    refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
+    frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score: max, top2 or z
 
     def replace(self, **changes) -> EngineConfig:
         return replace(self, **changes)

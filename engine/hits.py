@@ -32,6 +32,8 @@ class Hit:
     step_spans: list[tuple[float, float]] | None = None  # (start_s, end_s) of each streamed clip
     timeline: object = None  # engine.moments.Timeline: relevance over time (set for returned hits)
     tier: str | None = None  # the stage-2 tier whose score ranks this hit (None: stage 1)
+    moment_run: object = None  # engine.moments.RelevanceRun behind ``moment`` (for refinement)
+    frame_score: float | None = None  # the frame tier's score (engine.tiers.frame), when it ran
 
 
 def ordered(hits: list[Hit]) -> list[Hit]:

@@ -1,10 +1,11 @@
-"""Where in a video the query matched: frame relevance, the best streaming step, the best window.
+"""Where in a video the query matched, from per-frame relevance q·f_c over its frame bank.
 
-- Streaming encodings: the span of the clip t* = argmax_t (q·z_t - q·z_{t-1}), the step whose
-  readout gained the most similarity to the query, with z_0 the readout of the initial think tokens
-  H_0 (Eq. 6, 9); the span runs from the clip's first frame to one frame past its last.
-- Otherwise (one-shot encodings, stage-1 evidence): the window of L consecutive evidence frames with
-  the highest mean relevance, the same span rule.
+One rule for every mode and tier: a moment is the run of bank frames around the relevance peak
+that stays at or above half-way from the video's own median relevance to its peak, its edges
+half-way to the neighbouring bank frames (:func:`relevance_runs`, :func:`run_span`);
+:mod:`engine.refine` then moves the edges of the top results to the source's frame rate. The
+relevance timeline (the strip under each result) bins the same scores, or shows the streaming
+head's readout similarity q·z_t after each clip when the head ranked the result.
 """
 
 from __future__ import annotations
@@ -17,24 +18,6 @@ import numpy as np
 def relevance_scores(embeddings: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Frame-bank relevance q · f_c: [C, d] float16 x [d] -> [C] float32."""
     return np.asarray(embeddings, dtype=np.float32) @ np.asarray(q, dtype=np.float32)
-
-
-def best_step(step_scores: np.ndarray, baseline: float) -> int:
-    """argmax_t (q·z_t - q·z_{t-1}) with q·z_0 = ``baseline``; ties go to the earliest step."""
-    s = np.asarray(step_scores, dtype=np.float64)
-    gains = np.diff(np.concatenate([[baseline], s]))
-    return int(np.argmax(gains))
-
-
-def best_window(indices: np.ndarray, relevance: np.ndarray, length: int, fps: float, duration: float | None):
-    """Span of the ``length`` consecutive frames with the highest mean relevance."""
-    n = len(indices)
-    if n == 0:
-        return None
-    length = max(1, min(length, n))
-    sums = np.convolve(np.asarray(relevance, dtype=np.float64), np.ones(length), mode="valid")
-    start = int(np.argmax(sums))
-    return frame_span(np.asarray(indices)[start : start + length], fps, duration)
 
 
 def frame_span(indices, fps: float, duration: float | None) -> tuple[float, float]:
@@ -80,21 +63,61 @@ def relevance_timeline(
     )
 
 
-def clip_windows(indices: np.ndarray, relevance: np.ndarray, length: int, fps: float, duration: float | None):
-    """Non-overlapping windows of ``length`` consecutive bank frames, best mean relevance first:
-    (rows, mean relevance, span) for each, greedily (the best window, then the best one left...)."""
-    n = len(indices)
+# -- moments from per-frame relevance (one rule for every mode) ----------------------------------
+# A moment is the run of bank frames around the relevance peak that stays at or above half-way
+# from the video's own median relevance to its peak (the full width at half maximum, on the
+# video's own scale: a grey haystack sets the floor, the event sets the peak).
+MOMENT_LEVEL = 0.5
+
+
+@dataclass
+class RelevanceRun:
+    """Rows ``first..last`` of a bank (chronological) around ``peak``, above ``threshold``; the
+    moment's edges lie between ``first - 1`` and ``first`` and between ``last`` and ``last + 1``."""
+
+    first: int
+    last: int
+    peak: int
+    threshold: float
+
+
+def relevance_runs(relevance: np.ndarray, *, level: float = MOMENT_LEVEL, limit: int | None = None):
+    """The runs above the half-way threshold, best peak first (at most ``limit``): the first is the
+    run around the global peak."""
+    r = np.asarray(relevance, dtype=np.float64)
+    n = len(r)
     if n == 0:
         return []
-    length = max(1, min(length, n))
-    means = np.convolve(np.asarray(relevance, dtype=np.float64), np.ones(length), mode="valid") / length
-    taken = np.zeros(n, dtype=bool)
-    out = []
-    for start in np.argsort(-means, kind="stable"):
-        rows = np.arange(start, start + length)
-        if taken[rows].any():
+    median = float(np.median(r))
+    threshold = median + level * (float(r.max()) - median)
+    above = r >= threshold
+    runs = []
+    i = 0
+    while i < n:
+        if not above[i]:
+            i += 1
             continue
-        taken[rows] = True
-        out.append((rows, float(means[start]), frame_span(np.asarray(indices)[rows], fps, duration)))
-    out.sort(key=lambda w: -w[1])
-    return out
+        j = i
+        while j + 1 < n and above[j + 1]:
+            j += 1
+        peak = i + int(np.argmax(r[i : j + 1]))
+        runs.append(RelevanceRun(i, j, peak, threshold))
+        i = j + 1
+    runs.sort(key=lambda run: (-r[run.peak], run.first))
+    return runs[:limit] if limit is not None else runs
+
+
+def run_span(run: RelevanceRun, timestamps: np.ndarray, frame_s: float, duration: float | None):
+    """The moment of ``run`` at bank resolution: each edge half-way between the last bank frame
+    outside and the first inside (the event's edge lies somewhere between them)."""
+    t = np.asarray(timestamps, dtype=np.float64)
+    start = 0.5 * (t[run.first - 1] + t[run.first]) if run.first > 0 else 0.0
+    if run.last + 1 < len(t):
+        end = 0.5 * (t[run.last] + t[run.last + 1])
+    else:
+        end = t[run.last] + frame_s
+        if duration is not None:
+            end = max(end, duration)
+    if duration is not None:
+        end = min(end, duration)
+    return float(start), float(max(start, end))

@@ -57,6 +57,7 @@ def to_result(hit, clip=None) -> SearchResult:
         evidence=evidence,
         video_score=hit.score if clip is not None else None,
         timeline=timeline,
+        tier=hit.tier,
     )
 
 

@@ -10,8 +10,9 @@ For each candidate j, given the query text and its embedding q:
     encode them under the query (Eq. 4, c = the query)                           (encode, head)
     s_ij = q · v_ij ; rerank by s_ij
 
-How the frames are encoded, and where the moment comes from, is the subclass's: one-shot
-(:mod:`engine.tiers.oneshot`) or the streaming head (:mod:`engine.tiers.head`). Candidates are
+How the frames are encoded is the subclass's: one-shot (:mod:`engine.tiers.oneshot`) or the
+streaming head (:mod:`engine.tiers.head`). The moment is not a tier's: every mode takes it from
+per-frame relevance by one rule (engine.moments, engine.searcher). Candidates are
 processed in chunks (``encode_chunk``); after each chunk ``on_update`` sees the hits so far
 (progressive results). A candidate whose frames cannot be read keeps its earlier rank.
 """
@@ -132,13 +133,4 @@ class EncodeTier(Tier):
             EvidenceItem(int(i), float(t), float(r)) for i, t, r in zip(indices, stamps, rel, strict=True)
         ]
         hit.clips_used, hit.clips_planned = emb.steps_used, emb.planned_steps
-        self._moment(hit, selection, emb, q)
 
-    def _moment(self, hit: Hit, selection, emb, q: torch.Tensor) -> None:
-        raise NotImplementedError
-
-
-def clip_len(encoder: VideoEncoder, num_selected: int) -> int:
-    """L for ``num_selected`` frames: the clip length the streaming plan would use (Eq. 3)."""
-    positions, _ = encoder.clip_plan(num_selected)
-    return int(positions.shape[1]) if positions.size else 1
