@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["ConfigurationError", "Engine", "load_engine"]
 
 logger = logging.getLogger(__name__)
+
+WARM_UP_QUERY = "warm-up query"  # any text: its answer is thrown away
 
 
 @dataclass
@@ -93,6 +96,22 @@ class Engine:
         timer.daemon = True
         timer.start()
         return {"index": path.name, "built_at": m.built_at, "videos": len(new_index)}
+
+    def warm_up(self) -> float:
+        """Run one search through every stage the default search takes (query embedding, FAISS, the
+        frame tier, the heavy tier on one candidate, moment refinement), so the first user's query
+        costs what later ones do: the first backbone calls pay for lazy initialisation (the processor,
+        the tokenizer, thread pools, memory). Returns the seconds it took."""
+        t0 = time.perf_counter()
+        if len(self.index) == 0:
+            self.encoder.embed_queries([WARM_UP_QUERY])
+        else:
+            self.searcher.search(
+                {"query": WARM_UP_QUERY, "mode": "rerank", "top_k": 1, "shortlist": 1, "heavy": 1}
+            )
+        seconds = time.perf_counter() - t0
+        logger.info("warmed up in %.2f s", seconds)
+        return seconds
 
     def close(self) -> None:
         for thing in (self.searcher, self.cache, self.index):

@@ -258,7 +258,9 @@ class Searcher:
         self.frame_tier = FrameTier(index, aggregate=config.frame_aggregate)
         backbone = getattr(encoder, "backbone", None)
         self.refiner = (
-            MomentRefiner(backbone, self.frames) if config.refine_moments > 0 and backbone is not None else None
+            MomentRefiner(backbone, self.frames)
+            if config.refine_moments > 0 and backbone is not None
+            else None
         )
 
     @property
@@ -481,7 +483,9 @@ class Searcher:
         """The heavy tier's hits by its score, then those it could not score in frame-tier order."""
         name = self.reranker.name
         heavy = sorted((h for h in hits if h.tier == name), key=lambda h: (-h.score, h.stage1_rank))
-        light = sorted((h for h in hits if h.tier != name), key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank))
+        light = sorted(
+            (h for h in hits if h.tier != name), key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank)
+        )
         return heavy + light
 
     # -- evidence helpers ------------------------------------------------------------------------
@@ -548,8 +552,9 @@ class Searcher:
         hit.moment_run = runs[0]
 
     def _refine(self, p: SearchParams, q_vec: np.ndarray, result: SearchOutcome, clock) -> None:
-        """Refine the moments of the first ``refine_moments`` results at the source's frame rate."""
-        if self.refiner is None:
+        """Refine the moments of the first ``refine_moments`` results at the source's frame rate (a
+        stage-2 step: stage-1-only searches keep bank-resolution moments and their cost)."""
+        if self.refiner is None or p.mode not in STAGE2_MODES:
             return
         todo = [h for h in result.hits[: self.config.refine_moments] if getattr(h, "moment_run", None)]
         if not todo:
@@ -557,7 +562,9 @@ class Searcher:
         stats = FrameStats()
         with clock.stage("refine"):
             for hit in todo:
-                span = self.refiner.refine(hit, self.index.frame_bank(hit.video_id), hit.moment_run, q_vec, stats)
+                span = self.refiner.refine(
+                    hit, self.index.frame_bank(hit.video_id), hit.moment_run, q_vec, stats
+                )
                 if span is not None:
                     hit.moment = span
                     hit.moment_source = "refined"

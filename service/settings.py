@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.config import MAX_SHORTLIST, TextConditioning
+from core.config import MAX_SHORTLIST, FrameAggregate, TextConditioning
 from engine.config import EngineConfig
 
 _E = EngineConfig()  # the engine's defaults
@@ -79,6 +79,11 @@ class Settings(BaseSettings):
         _E.queue_size, ge=0, description="searches waiting for the model worker beyond the running one"
     )
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
+    warm_up: bool = Field(
+        True,
+        description="run one search through every stage before /readyz reports ready (a first query "
+        "then costs what later ones do)",
+    )
 
     # -- search defaults and bounds ---------------------------------------------------------------
     default_shortlist: int = Field(
@@ -117,6 +122,18 @@ class Settings(BaseSettings):
     )
     clip_batch_size: int = Field(
         _E.clip_batch_size, ge=1, description="clips per backbone forward pass (shared by candidates)"
+    )
+    heavy: int = Field(
+        _E.heavy, ge=0, le=MAX_SHORTLIST,
+        description="the cascade: how many of the frame tier's top candidates the heavy tier re-encodes "
+        "when a request gives no `heavy` (0 = the frame tier alone)",
+    )  # fmt: skip
+    refine_moments: int = Field(
+        _E.refine_moments, ge=0, description="results whose moments are refined at the source's frame rate"
+    )
+    frame_aggregate: FrameAggregate = Field(
+        _E.frame_aggregate,
+        description="the frame tier's score of a candidate: max, top2 or z (engine.tiers.frame)",
     )
     frame_size: int | None = Field(None, description="override the working resolution (default: the index's)")
     faiss_device: Literal["auto", "cpu", "gpu"] = Field(

@@ -64,6 +64,8 @@ class AppState:
                 engine = load_engine(
                     self.settings.engine_config(), on_cache_error=lambda exc: self.metrics.redis_errors.inc()
                 )
+            if self.settings.warm_up and hasattr(engine, "warm_up"):
+                engine.warm_up()  # before /readyz says ready: the first query costs what later ones do
         except BaseException as exc:
             logger.exception("loading the search engine failed")
             self.error = _client_safe_reason(exc)

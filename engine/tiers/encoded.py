@@ -100,7 +100,7 @@ class EncodeTier(Tier):
             for hit, sel, frames_or_error in zip(chunk, chosen, got, strict=True):
                 if isinstance(frames_or_error, Exception):
                     stats.warnings.append(
-                        f"{hit.video_id}: frames could not be read ({summarize(frames_or_error)}); kept its stage-1 rank"
+                        f"{hit.video_id}: frames could not be read ({summarize(frames_or_error)}); kept its earlier rank"
                     )
                     continue
                 clips.append(
@@ -133,4 +133,3 @@ class EncodeTier(Tier):
             EvidenceItem(int(i), float(t), float(r)) for i, t, r in zip(indices, stamps, rel, strict=True)
         ]
         hit.clips_used, hit.clips_planned = emb.steps_used, emb.planned_steps
-

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
@@ -164,8 +165,9 @@ async def search(
     "/search/stream",
     summary="The same search, streamed as it settles (NDJSON)",
     description='One JSON object per line (`application/x-ndjson`): `{"type": "stage1", "results"}` '
-    'as soon as FAISS answers; `{"type": "update", "results", "reranked"}` each time stage 2 has '
-    f"re-scored {STREAM_UPDATE_CHUNK} more candidates (results by video, best first, without timelines); "
+    'as soon as FAISS answers; `{"type": "update", "results", "reranked", "tiers"}` when the frame tier has '
+    f"ranked the shortlist and each time the heavy tier has re-scored {STREAM_UPDATE_CHUNK} more candidates "
+    "(results by video, best first, without timelines; `tiers` counts the results each tier has scored); "
     'then `{"type": "final", "response"}` with exactly what `POST /search` answers, or '
     '`{"type": "error", "error", "status"}`. Errors found before the first line (validation, '
     "queue full) are ordinary JSON error responses with their status.",
@@ -192,6 +194,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
             "type": kind,
             "results": [to_result(h).model_dump(mode="json") for h in shown],
             "reranked": sum(1 for h in hits if h.reranked),
+            "tiers": dict(Counter(h.tier for h in hits if h.tier is not None)),
             "candidates": len(hits),
             "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3),
         }
