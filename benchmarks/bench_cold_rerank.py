@@ -156,10 +156,10 @@ def clear(cache) -> None:
 
 def measure(index: Path, model: Path, args, tag: str) -> dict:
     """Cold and warm rerank times over the queries for one index."""
-    from service.engine import load_engine
-    from service.settings import Settings
+    from engine.config import EngineConfig
+    from engine.loader import load_engine
 
-    settings = Settings(
+    config = EngineConfig(
         index=index,
         model=str(model),
         default_frames=args.frames,
@@ -168,7 +168,7 @@ def measure(index: Path, model: Path, args, tag: str) -> dict:
         cache_prefix=f"qaslr-bench:{tag}:{time.time_ns()}:",
         cache_max_items=100_000,
     )
-    engine = load_engine(settings)
+    engine = load_engine(config)
     rerank = ("selection", "decode", "encode", "head")
     rows = {"cold": [], "warm": [], "cold_decode": [], "warm_decode": []}
     frames = {"store_frames": 0, "decoded_frames": 0, "cache_hits": 0}
@@ -218,19 +218,20 @@ def compare_codecs(index: Path, model: Path, args) -> list[dict]:
     import torch
 
     from core.config import QFRAME_TEMPERATURE
+    from engine.hits import Hit
+    from engine.tiers.oneshot import OneShotTier
     from indexer.assembly import encoder_for, load_model_for_index
     from indexer.store import IndexReader
     from indexer.store.frames import decode_frame, encode_frame
     from indexer.video import decode_frames
     from models.backbone import VideoClip
-    from service.rerank import Hit, Reranker
 
     codecs = list(args.codecs)
     stats = {c: {"bytes": [], "enc": [], "dec": [], "err": 0, "drift": []} for c in codecs}
     with IndexReader(index) as reader:
         loaded = load_model_for_index(reader.manifest, str(model), head_dir=None)
         encoder = encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
-        reranker = Reranker(encoder, reader, None, temperature=QFRAME_TEMPERATURE)
+        reranker = OneShotTier(encoder, reader, None, temperature=QFRAME_TEMPERATURE)
         for query in QUERIES[: args.codec_queries]:
             q = encoder.embed_queries([query])[0].float()
             for rank, (vid, _) in enumerate(reader.search(q.numpy()[None], args.shortlist)[0], 1):

@@ -1,41 +1,42 @@
 """Retrieval quality in the shapes world, through the searcher the API uses (Table 4 style).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
-        [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
-        [--conditioning after] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
+        [--heavy 1 2 3] [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
+        [--conditioning none] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
         [--workdir DIR] [--json results.json]
 
 Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
 videos (2-5 min, random size, aspect ratio, fps 4-8, H.264 / MPEG-4 / VP9 in mp4 / avi / webm /
 mkv), each a grey haystack with one 2-3 s event, every event distinct, queried with one of the
 world's phrasings; and ``--order-pairs`` mirror pairs (A then B / B then A) queried with ordered
-phrasings. It indexes them with ``indexer build`` (K = 128 uniform frames, the default frame bank)
-using the shipped tiny-world backbone, loads the service's engine, and runs every query through
-``Searcher.search`` in each mode:
+phrasings. It indexes them (K = 128 uniform frames, the default frame bank) with the shipped
+tiny-world backbone, loads the engine, and runs every query through ``Searcher.search`` in each
+mode, in one run:
 
-    uniform single-round        one-shot index, ``mode=indexed``: the stage-1 ranking of v_j
-    two-stage single-round      one-shot index, ``mode=rerank``, one-shot stage 2 (query text placed
-                                as --conditioning says; several values give one row each)
+    stage 1                     ``mode=indexed``: the stage-1 ranking of v_j (uniform single-round)
+    frame tier                  ``mode=frames``: the shortlist ranked by its frame banks, no backbone call
+    one-shot on all R           ``mode=rerank, heavy=R``: every candidate re-encoded one-shot (two-stage
+                                single-round; the query text placed as --conditioning says)
+    cascade, one-shot on top H  ``mode=rerank, heavy=H``: the frame tier, then one-shot on its top H
+    head on all R / top H       the same with the --rerank-head streaming head (two-stage QASLR)
+    ..., exit eta               with early exit (a gate in RUNDIR/gate, --exit-threshold)
     uniform QASLR               streaming index built with --index-head, ``mode=indexed``
-    two-stage QASLR             one-shot index (the same shortlist as the single-round rows),
-                                ``mode=rerank`` with the --rerank-head streaming head
-    two-stage QASLR, exit eta   the same with early exit (a gate in RUNDIR/gate, --exit-threshold)
 
 and reports, mean ± std over the seeds:
 - stage-1 recall@R: the right video is in the shortlist (a stage-1 miss stays a miss);
 - Hit@1 and Hit@5 of the final ranking;
-- moment: the share of correct top-1 hits whose moment covers the event (start <= event start + 1 s
-  and end >= event end - 1 s), with the median moment length beside it (a long moment covers
-  easily);
-- needle recall of the selection: over queries whose right video reached stage 2 and whose event
+- moments, as moment-retrieval benchmarks report them: R1@0.5 and R1@0.7 (the share of queries
+  whose top-1 is right and whose moment has temporal IoU >= 0.5 / 0.7 with the event; a wrong top-1
+  is a miss), mean IoU (likewise), the median moment length over correct top-1 hits beside the
+  median event length, and the share whose moment covers the event within ±1 s;
+- needle recall of the selection: over queries whose right video was re-encoded and whose event
   has frames in the frame bank, the share of those bank frames that stage 2 selected;
 - order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror;
-- v_ij move: mean 1 - cos(v_ij, v_j) of the right video (how far stage 2 moved its embedding from
-  the indexed one);
+- v_ij move: mean 1 - cos(v_ij, v_j) of the right video (how far stage 2 moved its embedding);
 - clips: for streaming stage 2, the mean share of planned clips encoded (Eq. 19: saved = 1 - this)
   and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
-- median latency per query, and a second table of the median time per stage (query embedding,
-  FAISS, selection, decode, encode and the head's share of it).
+- the median latency per query and the median stage-2 cost per query (the frame tier, selection,
+  decode, encode, moments and their refinement), and a second table of the median time per stage.
 Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
 """
 
@@ -56,23 +57,34 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.config import DEFAULT_HEAVY, DEFAULT_TEXT_CONDITIONING  # noqa: E402
+
 METRICS = (
     ("recall@R", "stage-1 R@R %", True),
     ("hit@1", "Hit@1 %", True),
     ("hit@5", "Hit@5 %", True),
-    ("moment", "moment ±1 s %", True),
+    ("r1@0.5", "R1@0.5 %", True),
+    ("r1@0.7", "R1@0.7 %", True),
+    ("miou", "mIoU", False),
     ("moment_len_s", "moment len s", False),
+    ("event_len_s", "event len s", False),
+    ("moment", "moment ±1 s %", True),
     ("needle_recall", "needle recall %", True),
     ("order", "order %", True),
     ("move", "v_ij move", False),
     ("clips", "clips used %", True),
     ("agreement", "top-1 = full %", True),
     ("latency_ms", "p50 ms", False),
+    ("stage2_ms", "stage-2 p50 ms", False),
 )
 
 # the searcher's timed stages, in the order a query passes them ("head" is the part of "encode"
 # spent in the streaming head)
-STAGES = ("queue", "query_embed", "filter", "faiss", "selection", "decode", "encode", "head")
+STAGES = (
+    "queue", "query_embed", "filter", "faiss", "frame", "selection", "decode", "encode", "head", "moment", "refine",
+)  # fmt: skip
+# the stages of stage 2 (its cost per query): the tiers and the moments
+STAGE2 = ("frame", "selection", "decode", "encode", "head", "moment", "refine")
 
 
 @dataclass(frozen=True)
@@ -80,13 +92,23 @@ class Mode:
     name: str
     index: str  # "oneshot" | "qaslr"
     search: str  # "indexed" | "rerank"
-    settings: tuple = ()  # extra Settings fields as (name, value) pairs
+    settings: tuple = ()  # extra EngineConfig fields as (name, value) pairs
+    request: tuple = ()  # extra request fields as (name, value) pairs (e.g. the cascade's heavy)
     exit_threshold: float | None = None
     full_twin: str | None = None  # mode whose top-1 this one is compared with (early exit)
 
 
 def covers(moment, start: float, end: float, slack: float = 1.0) -> bool:
     return moment is not None and moment[0] <= start + slack and moment[1] >= end - slack
+
+
+def iou(moment, start: float, end: float) -> float:
+    """Temporal IoU of a moment with the event's true span (0 for no moment)."""
+    if moment is None:
+        return 0.0
+    inter = max(0.0, min(moment[1], end) - max(moment[0], start))
+    union = max(moment[1], end) - min(moment[0], start)
+    return inter / union if union > 0 else 0.0
 
 
 def needle_recall(hit, video, bank) -> float | None:
@@ -117,11 +139,12 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
     for query, right in queries:
         request = {
             "query": query, "mode": mode.search, "top_k": args.shortlist, "shortlist": args.shortlist,
-            "frames": args.frames, "exit_threshold": mode.exit_threshold,
+            "frames": args.frames, "exit_threshold": mode.exit_threshold, **dict(mode.request),
         }  # fmt: skip
         t = time.perf_counter()
         result = searcher.search(request)
         rows["latency_ms"].append((time.perf_counter() - t) * 1e3)
+        rows["stage2_ms"].append(sum(result.timings_ms.get(k, 0.0) for k in STAGE2))
         for stage, ms in result.timings_ms.items():
             stages.setdefault(stage, []).append(ms)
         ids = [h.video_id for h in result.hits]
@@ -129,12 +152,18 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
         rows["hit@1"].append(float(ids[:1] == [right]))
         rows["hit@5"].append(float(right in ids[:5]))
         video = truth[right]
+        (_, start, end), *_ = video.events
+        overlap = 0.0
         if ids[:1] == [right]:
-            (_, start, end), *_ = video.events
             top = result.hits[0]
             rows["moment"].append(float(covers(top.moment, start, end)))
+            overlap = iou(top.moment, start, end)
+            rows["event_len_s"].append(end - start)
             if top.moment is not None:
                 lens.append(top.moment[1] - top.moment[0])
+        rows["miou"].append(overlap)  # a wrong top-1 counts as a miss (IoU 0)
+        rows["r1@0.5"].append(float(overlap >= 0.5))
+        rows["r1@0.7"].append(float(overlap >= 0.7))
         right_hit = next((h for h in result.hits if h.video_id == right), None)
         embedding = None
         if right_hit is not None and right_hit.reranked:
@@ -150,6 +179,8 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
         seen[query] = (ids[:1], embedding)
     out = {k: (float(np.mean(v)) if v else float("nan")) for k, v in rows.items()}
     out["latency_ms"] = float(np.median(rows["latency_ms"]))
+    out["stage2_ms"] = float(np.median(rows["stage2_ms"]))
+    out["event_len_s"] = float(np.median(rows["event_len_s"])) if rows["event_len_s"] else float("nan")
     out["moment_len_s"] = float(np.median(lens)) if lens else float("nan")
     out["queries"] = len(queries)
     out["stages_ms"] = {k: float(np.median(v)) for k, v in stages.items() if k != "total"}
@@ -165,7 +196,7 @@ def order_accuracy(engine, corpus, mode: Mode, args) -> float:
         n = len(corpus.videos)
         request = {
             "query": query, "mode": mode.search, "top_k": n, "shortlist": n, "frames": args.frames,
-            "exit_threshold": mode.exit_threshold,
+            "exit_threshold": mode.exit_threshold, **dict(mode.request),
         }  # fmt: skip
         ids = [h.video_id for h in engine.searcher.search(request).hits]
         wins.append(float(ids.index(right) < ids.index(mirror)) if mirror in ids else 0.0)
@@ -173,38 +204,60 @@ def order_accuracy(engine, corpus, mode: Mode, args) -> float:
 
 
 def modes_for(args) -> list[Mode]:
-    modes = [Mode("uniform single-round", "oneshot", "indexed")]
+    r = args.shortlist
+    modes = [
+        Mode("stage 1 (uniform single-round)", "oneshot", "indexed"),
+        Mode("frame tier", "oneshot", "frames"),
+    ]
     for c in args.conditioning:
-        name = "two-stage single-round" + ("" if len(args.conditioning) == 1 else f" (text {c})")
-        modes.append(Mode(name, "oneshot", "rerank", (("rerank_text_conditioning", c),)))
+        text = "" if len(args.conditioning) == 1 else f", text {c}"
+        cond = (("rerank_text_conditioning", c),)
+        modes.append(
+            Mode(
+                f"one-shot on all R (two-stage single-round{text})",
+                "oneshot",
+                "rerank",
+                cond,
+                (("heavy", r),),
+            )
+        )
+        for h in args.heavy:
+            if 0 < h < r:
+                modes.append(
+                    Mode(
+                        f"cascade: frame tier + one-shot on top {h}{text}",
+                        "oneshot",
+                        "rerank",
+                        cond,
+                        (("heavy", h),),
+                    )
+                )
     if args.index_head:
         modes.append(Mode("uniform QASLR", "qaslr", "indexed"))
     for spec in args.rerank_head:
         label, _, run = spec.rpartition("=")
         run = Path(run)
         head = run / "head" if (run / "head").is_dir() else run
-        name = "two-stage QASLR" + (f" ({label})" if label else "")
+        name = "head on all R (two-stage QASLR" + (f", {label}" if label else "") + ")"
         rerank = (("rerank_head", head),)
-        modes.append(Mode(name, "oneshot", "rerank", rerank))
+        modes.append(Mode(name, "oneshot", "rerank", rerank, (("heavy", r),)))
+        for h in args.heavy:
+            if 0 < h < r:
+                label_h = f"cascade: frame tier + head on top {h}" + (f" ({label})" if label else "")
+                modes.append(Mode(label_h, "oneshot", "rerank", rerank, (("heavy", h),)))
         gate = run / "gate"
         if (gate / "gate.json").exists():
             for eta in args.exit_threshold:
+                gated = (*rerank, ("rerank_gate", gate))
                 modes.append(
-                    Mode(
-                        f"{name}, exit {eta:g}",
-                        "oneshot",
-                        "rerank",
-                        (*rerank, ("rerank_gate", gate)),
-                        eta,
-                        name,
-                    )
+                    Mode(f"{name}, exit {eta:g}", "oneshot", "rerank", gated, (("heavy", r),), eta, name)
                 )
     return modes
 
 
 def one_seed(seed: int, args, model: Path) -> dict:
-    from service.engine import load_engine
-    from service.settings import Settings
+    from engine.config import EngineConfig
+    from engine.loader import load_engine
     from world.corpus import CorpusConfig, make_corpus
 
     work = Path(args.workdir)
@@ -232,10 +285,10 @@ def one_seed(seed: int, args, model: Path) -> dict:
                 continue
             index = work / f"index-{mode.index}-{name}-{seed}-{model.name}"
             build(corpus.manifest, index, model, head)
-            settings = Settings(
+            config = EngineConfig(
                 index=index, model=str(model), head=head, default_frames=args.frames, **dict(mode.settings)
             )
-            engine = load_engine(settings)
+            engine = load_engine(config)
             try:
                 row = results.setdefault(mode.name, {})
                 if name == "single":
@@ -275,9 +328,13 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")
     p.add_argument("--shortlist", type=int, default=10, help="R")
     p.add_argument(
+        "--heavy", type=int, nargs="+", default=[1, 2, DEFAULT_HEAVY],
+        help="cascade rows: the heavy tier on the frame tier's top H (one row each; R is always a row)",
+    )  # fmt: skip
+    p.add_argument(
         "--conditioning",
         nargs="+",
-        default=["after"],
+        default=[str(DEFAULT_TEXT_CONDITIONING)],
         choices=["none", "after", "before"],
         help="one-shot stage 2: where the query text goes (one row each)",
     )

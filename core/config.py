@@ -17,10 +17,11 @@ class Embedder(StrEnum):
 
 
 class SearchMode(StrEnum):
-    """What ``POST /search`` runs: stage 1 only, or both stages."""
+    """What ``POST /search`` runs: stage 1 only, stage 1 and the frame tier, or the whole cascade."""
 
     INDEXED = "indexed"  # FAISS over the stored, query-independent embeddings
-    RERANK = "rerank"  # + query-aware selection and query-conditioned encoding of the shortlist
+    FRAMES = "frames"  # + the frame tier: the shortlist ranked by its frame banks (no backbone call)
+    RERANK = "rerank"  # + the heavy tier (query-aware selection, query-conditioned encoding) on the top
 
 
 class TextConditioning(StrEnum):
@@ -98,6 +99,25 @@ QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores
 # before 76.0 +- 1.5 (stage 1: 59.4 +- 4.4). The query already chose the frames; putting its text in
 # the prompt moved v_ij further from v_j and ranked worse.
 DEFAULT_ONESHOT_CONDITIONING = TextConditioning.NONE
+DEFAULT_TEXT_CONDITIONING = DEFAULT_ONESHOT_CONDITIONING
+
+class FrameAggregate(StrEnum):
+    """How the frame tier turns a candidate's bank relevance q·f_c into one score (engine.tiers.frame)."""
+
+    MAX = "max"  # the best single bank frame
+    TOP2 = "top2"  # the mean of the two best
+    Z = "z"  # the best frame's robust z-score against the video's own frames
+
+
+FRAME_AGGREGATE = FrameAggregate.MAX
+
+
+# The cascade's heavy tier re-encodes the frame tier's top this many candidates (a request may ask
+# for 0..R with `heavy`); chosen by benchmarks/bench_quality.py (docs/results.md).
+DEFAULT_HEAVY = 3
+# Moments of the first this many results are refined at the source's frame rate (engine.refine).
+DEFAULT_REFINE_MOMENTS = 3
+
 
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------
 MAX_QUERY_CHARS = 1000

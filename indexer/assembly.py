@@ -2,7 +2,7 @@
 needs, checks that it is the model the index was built with, and wires the encoder.
 
 Used by ``indexer build|add`` (``qaslr.commands.indexer``) and by the search service
-(``service.engine.load_engine`` and ``Engine.swap_index``, which add the Searcher on top).
+(``engine.loader.load_engine`` and ``Engine.swap_index``, which add the Searcher on top).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 range requests), and the short-lived media tokens that let ``<img>`` and ``<video>`` elements,
 which cannot send headers, pass the API-key check.
 
-- Thumbnails come from the same :class:`service.frames.FrameSource` as stage 2's frames (frame
+- Thumbnails come from the same :class:`engine.frames.FrameSource` as stage 2's frames (frame
   cache first, decoded from the source video on a miss), so an evidence frame a search just used is
   a cache hit. They are the working-size frame, shrunk to fit ``size`` (never enlarged), as JPEG.
 - A video file is only ever found through its id in the index; nothing a client sends becomes a
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.frames import FrameSource, FrameStats
+from engine.frames import FrameSource, FrameStats
 
 MIN_THUMB_SIZE = 16
 MAX_THUMB_SIZE = 512

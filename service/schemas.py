@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from core.config import (
+    DEFAULT_HEAVY,
     DEFAULT_TOP_K,
     MAX_FILTER_FIELDS,
     MAX_FILTER_KEY_CHARS,
@@ -182,7 +183,19 @@ class SearchRequest(BaseModel):
         description=f"R, stage-1 candidates that stage 2 rescores (1..{MAX_SHORTLIST}; values below top_k are "
         "raised to top_k; default max(10, top_k))",
     )
-    mode: SearchMode = Field(SearchMode.RERANK, description="`indexed`: stage 1 only; `rerank`: both stages")
+    mode: SearchMode = Field(
+        SearchMode.RERANK,
+        description="`indexed`: stage 1 only; `frames`: stage 1, then the frame tier ranks the shortlist by "
+        "its stored frame banks (no backbone call); `rerank`: the cascade, the frame tier then the heavy "
+        "tier (one-shot or the streaming head) on the frame tier's top `heavy` candidates",
+    )
+    heavy: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_SHORTLIST,
+        description=f"rerank mode: how many of the frame tier's top candidates the heavy tier re-encodes "
+        f"(0..shortlist; 0 = the frame tier alone; default {DEFAULT_HEAVY})",
+    )
     frames: Frames | None = Field(
         None,
         description="K', frames selected per candidate in stage 2 (at most the server's max_frames, which "
@@ -249,9 +262,10 @@ class EvidenceFrame(BaseModel):
 class Moment(BaseModel):
     start_s: float
     end_s: float
-    source: Literal["streaming", "relevance"] = Field(
+    source: Literal["relevance", "refined"] = Field(
         ...,
-        description="`streaming`: the clip whose readout gained most similarity; `relevance`: frame scores",
+        description="`relevance`: the run of frame-bank frames around the relevance peak (edges half-way "
+        "to the bank frames outside); `refined`: the same, its edges moved to the source's frame rate",
     )
 
 
@@ -297,6 +311,10 @@ class SearchResult(BaseModel):
         None, description="group_by=clip: the score of the clip's video (`score` is the clip's)"
     )
     timeline: Timeline | None = Field(None, description="relevance over time (with include_evidence)")
+    tier: str | None = Field(
+        None,
+        description="the tier whose score ranks this result: `frame`, `oneshot` or `head`; null: stage 1",
+    )
 
 
 class Timings(BaseModel):
@@ -304,10 +322,13 @@ class Timings(BaseModel):
     query_embed: float = 0.0
     filter: float = 0.0
     faiss: float = 0.0
+    frame: float = 0.0
     selection: float = 0.0
     decode: float = 0.0
     encode: float = 0.0
     head: float = 0.0
+    moment: float = 0.0
+    refine: float = 0.0
     total: float = 0.0
 
 

@@ -1,5 +1,9 @@
 """Service settings: one pydantic-settings class, read from the environment.
 
+The search engine's own fields (what to load, the frame cache, search defaults) take their defaults
+from :class:`engine.config.EngineConfig`, and :meth:`Settings.engine_config` hands them to the engine;
+the HTTP fields (host, port, keys, deadline) are the service's alone.
+
 Every field reads ``QASLR_<FIELD>`` (e.g. ``QASLR_INDEX``, ``QASLR_API_KEYS``), except the Redis URL,
 which reads the conventional ``REDIS_URL`` (``QASLR_REDIS_URL`` also works). ``qaslr serve`` flags
 override the environment. ``.env.example`` at the repository root documents each variable.
@@ -13,16 +17,10 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.config import (
-    DEFAULT_FRAMES,
-    DEFAULT_MODEL_ID,
-    DEFAULT_ONESHOT_CONDITIONING,
-    DEFAULT_SHORTLIST,
-    MAX_FRAMES,
-    MAX_SHORTLIST,
-    QFRAME_TEMPERATURE,
-    TextConditioning,
-)
+from core.config import MAX_SHORTLIST, FrameAggregate, TextConditioning
+from engine.config import EngineConfig
+
+_E = EngineConfig()  # the engine's defaults
 
 
 class Settings(BaseSettings):
@@ -32,7 +30,7 @@ class Settings(BaseSettings):
 
     # -- what to load ---------------------------------------------------------------------------
     index: Path | None = Field(None, description="index directory written by `indexer build` (required)")
-    model: str = Field(DEFAULT_MODEL_ID, description="backbone hub id or local checkpoint directory")
+    model: str = Field(_E.model, description="backbone hub id or local checkpoint directory")
     head: Path | None = Field(
         None, description="streaming head directory; required when the index was built with one"
     )
@@ -44,9 +42,9 @@ class Settings(BaseSettings):
     rerank_gate: Path | None = Field(
         None, description="early-exit gate directory for stage 2 (written by `qaslr train --gate-epochs`)"
     )
-    device: str = Field("auto", description="torch device: auto (cuda if available), cpu, cuda, cuda:1")
+    device: str = Field(_E.device, description="torch device: auto (cuda if available), cpu, cuda, cuda:1")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="backbone dtype; auto = bfloat16 on CUDA, float32 on CPU"
+        _E.dtype, description="backbone dtype; auto = bfloat16 on CUDA, float32 on CPU"
     )
 
     # -- HTTP -------------------------------------------------------------------------------------
@@ -66,36 +64,46 @@ class Settings(BaseSettings):
         repr=False,  # may carry a password
         description="redis://host:port/db; unset = in-process LRU cache",
     )
-    cache_ttl_s: int = Field(24 * 3600, ge=1, description="TTL of a cached frame in Redis")
-    cache_max_items: int = Field(4096, ge=0, description="frames held by the in-process LRU (0 = off)")
-    cache_prefix: str = Field("qaslr:frame:", description="Redis key prefix")
-    redis_timeout_s: float = Field(0.5, gt=0, description="Redis socket timeout")
-    redis_retry_s: float = Field(5.0, ge=0, description="after a Redis error, skip Redis this long")
+    cache_ttl_s: int = Field(_E.cache_ttl_s, ge=1, description="TTL of a cached frame in Redis")
+    cache_max_items: int = Field(
+        _E.cache_max_items, ge=0, description="frames held by the in-process LRU (0 = off)"
+    )
+    cache_prefix: str = Field(_E.cache_prefix, description="Redis key prefix")
+    redis_timeout_s: float = Field(_E.redis_timeout_s, gt=0, description="Redis socket timeout")
+    redis_retry_s: float = Field(
+        _E.redis_retry_s, ge=0, description="after a Redis error, skip Redis this long"
+    )
 
     # -- serving behaviour ------------------------------------------------------------------------
     queue_size: int = Field(
-        8, ge=0, description="searches waiting for the model worker beyond the running one"
+        _E.queue_size, ge=0, description="searches waiting for the model worker beyond the running one"
     )
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
+    warm_up: bool = Field(
+        True,
+        description="run one search through every stage before /readyz reports ready (a first query "
+        "then costs what later ones do)",
+    )
 
     # -- search defaults and bounds ---------------------------------------------------------------
     default_shortlist: int = Field(
-        DEFAULT_SHORTLIST, ge=1, le=MAX_SHORTLIST, description="R when the request gives none (paper: 10)"
+        _E.default_shortlist, ge=1, le=MAX_SHORTLIST, description="R when the request gives none (paper: 10)"
     )
     default_frames: int = Field(
-        DEFAULT_FRAMES, ge=1, description="K' stage-2 frames per candidate when not given"
+        _E.default_frames, ge=1, description="K' stage-2 frames per candidate when not given"
     )
-    max_frames: int = Field(MAX_FRAMES, ge=1, description="upper bound on a request's K' (paper K <= 128)")
+    max_frames: int = Field(_E.max_frames, ge=1, description="upper bound on a request's K' (paper K <= 128)")
     selection_temperature: float = Field(
-        QFRAME_TEMPERATURE,
+        _E.selection_temperature,
         gt=0,
         description="Q-Frame softmax temperature, in units of the frame scores' own spread (robust std)",
     )
     selection_seed: int = Field(
-        0, description="default seed of query-aware selection (combined with each candidate's id)"
+        _E.selection_seed,
+        description="default seed of query-aware selection (combined with each candidate's id)",
     )
     rerank_text_conditioning: TextConditioning = Field(
-        DEFAULT_ONESHOT_CONDITIONING,
+        _E.rerank_text_conditioning,
         description="one-shot stage 2: where the query text goes in the backbone prompt (none, after, "
         "before the frames); a streaming rerank head uses the placement it was trained with",
     )
@@ -106,17 +114,37 @@ class Settings(BaseSettings):
         description="early exit in stage 2 (needs rerank_gate): stop a candidate's stream at the first "
         "step whose gate probability reaches this; unset = full streaming unless a request asks",
     )
-    exit_min_steps: int = Field(2, ge=1, description="t_min: the earliest step a candidate may exit")
-    decode_workers: int = Field(4, ge=1, le=64, description="threads decoding cache misses (one video each)")
+    exit_min_steps: int = Field(
+        _E.exit_min_steps, ge=1, description="t_min: the earliest step a candidate may exit"
+    )
+    decode_workers: int = Field(
+        _E.decode_workers, ge=1, le=64, description="threads decoding cache misses (one video each)"
+    )
     clip_batch_size: int = Field(
-        8, ge=1, description="clips per backbone forward pass (shared by candidates)"
+        _E.clip_batch_size, ge=1, description="clips per backbone forward pass (shared by candidates)"
+    )
+    heavy: int = Field(
+        _E.heavy, ge=0, le=MAX_SHORTLIST,
+        description="the cascade: how many of the frame tier's top candidates the heavy tier re-encodes "
+        "when a request gives no `heavy` (0 = the frame tier alone)",
+    )  # fmt: skip
+    refine_moments: int = Field(
+        _E.refine_moments, ge=0, description="results whose moments are refined at the source's frame rate"
+    )
+    frame_aggregate: FrameAggregate = Field(
+        _E.frame_aggregate,
+        description="the frame tier's score of a candidate: max, top2 or z (engine.tiers.frame)",
     )
     frame_size: int | None = Field(None, description="override the working resolution (default: the index's)")
     faiss_device: Literal["auto", "cpu", "gpu"] = Field(
-        "auto",
+        _E.faiss_device,
         description="where stage 1 (FAISS) runs: auto = a GPU when faiss-gpu is installed and sees one (Flat and "
         "IVF indexes; HNSW and filtered searches stay on the CPU), else the CPU; /readyz says which",
     )
+
+    def engine_config(self) -> EngineConfig:
+        """What the search engine is built from: these settings' engine fields."""
+        return EngineConfig.from_object(self)
 
     @field_validator("api_keys", mode="before")
     @classmethod

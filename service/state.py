@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from fastapi import Request
 
+from engine.worker import ModelWorker
 from service.errors import ApiError
 from service.metrics import Metrics
 from service.settings import Settings
-from service.worker import ModelWorker
 
 logger = logging.getLogger(__name__)
 
@@ -55,15 +55,17 @@ class AppState:
         self._thread.start()
 
     def _load(self, factory: Callable | None) -> None:
-        from service.engine import load_engine
+        from engine.loader import load_engine
 
         try:
             if factory is not None:
                 engine = factory()
             else:
                 engine = load_engine(
-                    self.settings, on_cache_error=lambda exc: self.metrics.redis_errors.inc()
+                    self.settings.engine_config(), on_cache_error=lambda exc: self.metrics.redis_errors.inc()
                 )
+            if self.settings.warm_up and hasattr(engine, "warm_up"):
+                engine.warm_up()  # before /readyz says ready: the first query costs what later ones do
         except BaseException as exc:
             logger.exception("loading the search engine failed")
             self.error = _client_safe_reason(exc)

@@ -7,38 +7,21 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from engine.searcher import DeadlineExceeded, InvalidRequest
+from engine.worker import QueueFull, WorkerTimeout
 from service import images
 from service.auth import require_api_key
 from service.errors import ApiError, error_body
 from service.honesty import answer_warnings
-from service.paging import (
-    MAX_OFFSET,
-    InvalidPageToken,
-    StalePageToken,
-    decode_page_token,
-    encode_page_token,
-    ranking_digest,
-)
-from service.schemas import (
-    CacheStats,
-    ErrorResponse,
-    Evidence,
-    EvidenceFrame,
-    Moment,
-    SearchRequest,
-    SearchResponse,
-    SearchResult,
-    Timeline,
-    TimelinePoint,
-    Timings,
-)
-from service.searcher import DeadlineExceeded, InvalidRequest
+from service.paging import InvalidPageToken, StalePageToken, decode_page_token, ranking_digest
+from service.responses import to_response, to_result
+from service.schemas import ErrorResponse, SearchRequest, SearchResponse
 from service.state import AppState, get_state
-from service.worker import QueueFull, WorkerTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +169,9 @@ async def search(
     "/search/stream",
     summary="The same search, streamed as it settles (NDJSON)",
     description='One JSON object per line (`application/x-ndjson`): `{"type": "stage1", "results"}` '
-    'as soon as FAISS answers; `{"type": "update", "results", "reranked"}` each time stage 2 has '
-    f"re-scored {STREAM_UPDATE_CHUNK} more candidates (results by video, best first, without timelines); "
+    'as soon as FAISS answers; `{"type": "update", "results", "reranked", "tiers"}` when the frame tier has '
+    f"ranked the shortlist and each time the heavy tier has re-scored {STREAM_UPDATE_CHUNK} more candidates "
+    "(results by video, best first, without timelines; `tiers` counts the results each tier has scored); "
     'then `{"type": "final", "response"}` with exactly what `POST /search` answers, or '
     '`{"type": "error", "error", "status"}`. Errors found before the first line (validation, '
     "queue full) are ordinary JSON error responses with their status.",
@@ -214,6 +198,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
             "type": kind,
             "results": [to_result(h).model_dump(mode="json") for h in shown],
             "reranked": sum(1 for h in hits if h.reranked),
+            "tiers": dict(Counter(h.tier for h in hits if h.tier is not None)),
             "candidates": len(hits),
             "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3),
         }
@@ -280,84 +265,6 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
         stream(),
         media_type="application/x-ndjson",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
-
-
-def to_result(hit, clip=None) -> SearchResult:
-    """One result: a video (``hit``), or with ``clip`` (group_by clip) one moment of it."""
-    evidence = None
-    if clip is not None:
-        evidence = Evidence(
-            frames=[
-                EvidenceFrame(frame_index=e.frame_index, timestamp_s=e.timestamp_s, relevance=e.relevance)
-                for e in clip.evidence
-            ],
-            moment=Moment(start_s=clip.moment[0], end_s=clip.moment[1], source="relevance"),
-        )
-    elif hit.evidence is not None:
-        evidence = Evidence(
-            frames=[
-                EvidenceFrame(frame_index=e.frame_index, timestamp_s=e.timestamp_s, relevance=e.relevance)
-                for e in hit.evidence
-            ],
-            moment=Moment(start_s=hit.moment[0], end_s=hit.moment[1], source=hit.moment_source)
-            if hit.moment is not None
-            else None,
-        )
-    timeline = None
-    if hit.timeline is not None:
-        timeline = Timeline(
-            source=hit.timeline.source,
-            points=[TimelinePoint(start_s=a, end_s=b, value=v) for a, b, v in hit.timeline.points],
-        )
-    record = hit.record
-    return SearchResult(
-        video_id=hit.video_id,
-        score=clip.score if clip is not None else hit.score,
-        stage1_score=hit.stage1_score,
-        stage1_rank=hit.stage1_rank,
-        reranked=hit.reranked,
-        clips_used=hit.clips_used,
-        clips_planned=hit.clips_planned,
-        duration_s=getattr(record, "duration_s", None),
-        metadata=getattr(record, "metadata", None) or {},
-        evidence=evidence,
-        video_score=hit.score if clip is not None else None,
-        timeline=timeline,
-    )
-
-
-def to_response(result, request_id: str, *, cache_backend: str, digest: str | None = None) -> SearchResponse:
-    if result.clips is not None:
-        results = [to_result(c.hit, c) for c in result.clips]
-    else:
-        results = [to_result(hit) for hit in result.hits]
-    next_token = None
-    if result.more and digest is not None and result.offset + result.shortlist <= MAX_OFFSET:
-        next_token = encode_page_token(result.offset + result.shortlist, digest)
-    return SearchResponse(
-        request_id=request_id,
-        query=result.query,
-        mode=result.mode,
-        embedder=result.embedder,
-        rerank_embedder=result.rerank_embedder,
-        shortlist=result.shortlist,
-        frames=result.frames,
-        results=results,
-        timings_ms=Timings(**{k: round(v, 3) for k, v in result.timings_ms.items()}),
-        cache=CacheStats(
-            backend=cache_backend,
-            hits=result.cache_hits,
-            misses=result.cache_misses,
-            store_frames=result.store_frames,
-            decoded_frames=result.decoded_frames,
-            errors=result.cache_errors,
-            store_errors=result.store_errors,
-        ),
-        warnings=result.warnings,
-        group_by="clip" if result.clips is not None else "video",
-        page_start=result.offset + 1,
-        next_page_token=next_token,
     )
 
 

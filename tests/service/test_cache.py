@@ -17,7 +17,7 @@ SHARED_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def test_frame_value_roundtrip_is_exact_and_self_describing():
-    from service.cache import CODEC_RAW, CODEC_ZLIB, decode_frame, encode_frame
+    from engine.cache import CODEC_RAW, CODEC_ZLIB, decode_frame, encode_frame
 
     frame = np.random.default_rng(0).integers(0, 256, (64, 48, 3), dtype=np.uint8)
     for codec in (None, CODEC_RAW, CODEC_ZLIB):
@@ -30,7 +30,7 @@ def test_frame_value_roundtrip_is_exact_and_self_describing():
 
 
 def test_lru_evicts_least_recently_used():
-    from service.cache import InProcessLRUCache
+    from engine.cache import InProcessLRUCache
 
     cache = InProcessLRUCache(max_items=2)
     a, b, c = (np.full((2, 2, 3), v, np.uint8) for v in (1, 2, 3))
@@ -101,7 +101,7 @@ def test_redis_stopped_mid_run_still_answers(make_settings, own_redis, caplog):
         assert warm["cache"]["hits"] == 15
         proc.kill()  # Redis dies while the service runs
         proc.wait(10)
-        with caplog.at_level("WARNING", logger="service.cache"):
+        with caplog.at_level("WARNING", logger="engine.cache"):
             r = http.post("/search", json=payload)
         assert r.status_code == 200
         down = r.json()
@@ -133,7 +133,7 @@ def test_unreachable_redis_at_startup(make_settings):
 
 def test_redis_dying_between_read_and_write_of_one_request(own_redis):
     """The read succeeded, Redis dies, the write of the decoded frames fails: no exception, counted."""
-    from service.cache import RedisFrameCache
+    from engine.cache import RedisFrameCache
 
     proc, port = own_redis
     seen = []

@@ -60,7 +60,8 @@ def test_group_by_clip_returns_moments_several_per_video(server):
         assert r["video_score"] is not None and 0 <= moment["start_s"] < moment["end_s"]
         frames = r["evidence"]["frames"]
         assert frames and all(moment["start_s"] <= f["timestamp_s"] < moment["end_s"] for f in frames)
-        assert r["score"] == pytest.approx(np.mean([f["relevance"] for f in frames]), abs=1e-5)
+        # a moment's score is the frame tier's over its frames (max): its best frame's relevance
+        assert r["score"] == pytest.approx(max(f["relevance"] for f in frames), abs=1e-5)
     # moments of one video do not overlap
     for vid in set(ids):
         spans = sorted(
@@ -168,15 +169,15 @@ def _stream(server, payload):
 
 
 def test_the_stream_sends_stage1_then_updates_then_the_answer(server):
-    payload = {"query": QUERY, "top_k": 8, "shortlist": 8}
+    payload = {"query": QUERY, "top_k": 8, "shortlist": 8, "heavy": 8}
     messages = _stream(server, payload)
     kinds = [m["type"] for m in messages]
     assert (
-        kinds[0] == "stage1" and kinds[-1] == "final" and kinds.count("update") == 2
-    )  # 8 candidates, 4 at a time
+        kinds[0] == "stage1" and kinds[-1] == "final" and kinds.count("update") == 3
+    )  # the frame tier's ranking, then the heavy tier's 8 candidates, 4 at a time
     stage1 = messages[0]["results"]
     assert [r["stage1_rank"] for r in stage1] == list(range(1, 9)) and not any(r["reranked"] for r in stage1)
-    assert [m["reranked"] for m in messages[1:-1]] == [4, 8]
+    assert [m["tiers"] for m in messages[1:-1]] == [{"frame": 8}, {"head": 4, "frame": 4}, {"head": 8}]
     final = messages[-1]["response"]
     plain = server.post("/search", json=payload).json()
     assert [r["video_id"] for r in final["results"]] == [r["video_id"] for r in plain["results"]]
@@ -204,7 +205,7 @@ def test_new_search_options_are_documented(server):
 
 
 def test_the_stream_ends_with_an_error_line_when_stage2_fails(server):
-    from service.searcher import DeadlineExceeded
+    from engine.searcher import DeadlineExceeded
 
     reranker = server.app.state.qaslr.engine.searcher.reranker
 
@@ -216,7 +217,8 @@ def test_the_stream_ends_with_an_error_line_when_stage2_fails(server):
         messages = _stream(server, {"query": QUERY, "top_k": 3})
     finally:
         reranker.run = original
-    assert [m["type"] for m in messages] == ["stage1", "error"]
+    # the frame tier's ranking arrives, then the heavy tier fails
+    assert [m["type"] for m in messages] == ["stage1", "update", "error"]
     error = messages[-1]
     assert error["status"] == 503 and error["error"]["code"] == "deadline_exceeded" and error["request_id"]
 

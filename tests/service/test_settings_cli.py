@@ -42,18 +42,21 @@ def test_env_example_documents_every_setting():
     assert names == expected
 
 
-def test_best_moment_helpers():
-    from service.moments import best_step, best_window, frame_span
+def test_moment_is_the_run_above_half_way_from_the_median_to_the_peak():
+    from engine.moments import frame_span, relevance_runs, run_span
 
-    # the largest gain is step 3 (0.1 -> 0.5), not the largest score (step 4)
-    assert best_step(np.array([0.0, 0.1, 0.5, 0.55]), baseline=0.0) == 2
-    assert best_step(np.array([0.9, 0.1]), baseline=0.0) == 0
     assert frame_span([24, 30], fps=12.0, duration=10.0) == (2.0, 31 / 12)
     assert frame_span([119], fps=12.0, duration=10.0) == (119 / 12, 10.0)
-    start, end = best_window(
-        np.array([0, 12, 24, 36, 48]), np.array([0.1, 0.9, 0.8, 0.1, 0.2]), 2, 12.0, None
-    )
-    assert (start, end) == (1.0, 25 / 12)
+    # median 0.1, peak 0.9 -> threshold 0.5: rows 3-4 are the run around the peak; row 7 is a second run
+    relevance = np.array([0.1, 0.1, 0.2, 0.9, 0.7, 0.1, 0.1, 0.6, 0.1])
+    runs = relevance_runs(relevance)
+    assert [(r.first, r.last, r.peak) for r in runs] == [(3, 4, 3), (7, 7, 7)]
+    assert abs(runs[0].threshold - 0.5) < 1e-9
+    t = np.arange(9, dtype=np.float64)  # one bank frame a second
+    assert run_span(runs[0], t, 0.25, 9.0) == (2.5, 4.5)  # edges half-way to the frames outside
+    # a run that reaches the last bank frame ends with the video
+    assert run_span(relevance_runs(np.array([0.0, 0.0, 0.0, 1.0]))[0], t[:4], 0.25, 3.6) == (2.5, 3.6)
+    assert relevance_runs(np.array([])) == []
 
 
 def test_qaslr_serve_cli(qaslr_index, tiny_checkpoint, tiny_head):

@@ -22,10 +22,10 @@ import numpy as np
 
 from core.config import FrameStore
 from core.errors import summarize
+from engine.cache import FrameCache, frame_key
 from indexer.store.frames import EXACT_CODECS, StoredFrameError
 from indexer.video import VideoError, decode_frames
 from models.backbone import working_size
-from service.cache import FrameCache, frame_key
 
 logger = logging.getLogger(__name__)
 

@@ -9,30 +9,33 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config import Embedder
 from core.errors import ConfigurationError, summarize
-from service.settings import Settings
+from engine.config import EngineConfig
 
 if TYPE_CHECKING:
+    from engine.cache import FrameCache
+    from engine.searcher import Searcher
     from indexer.store import IndexReader
     from models.backbone import Backbone
     from models.head import StreamingHead
     from models.streaming import VideoEncoder
-    from service.cache import FrameCache
-    from service.searcher import Searcher
 
 __all__ = ["ConfigurationError", "Engine", "load_engine"]
 
 logger = logging.getLogger(__name__)
 
+WARM_UP_QUERY = "warm-up query"  # any text: its answer is thrown away
+
 
 @dataclass
 class Engine:
-    settings: Settings
+    config: EngineConfig
     index: IndexReader
     encoder: VideoEncoder
     cache: FrameCache
@@ -55,8 +58,8 @@ class Engine:
         from indexer.assembly import check_compatible
         from indexer.store import IndexReader
 
-        path = Path(directory or self.settings.index).resolve()
-        new_index = IndexReader(path, faiss_device=self.settings.faiss_device)
+        path = Path(directory or self.config.index).resolve()
+        new_index = IndexReader(path, faiss_device=self.config.faiss_device)
         try:
             m = new_index.manifest
             backbone = self.encoder.backbone
@@ -68,7 +71,7 @@ class Engine:
                 where=f"the new index {path.name}",
             )
             encoder, searcher = _searcher_for(
-                new_index, self.settings, self.encoder.backbone, self.head, self.cache, reuse=self.encoder,
+                new_index, self.config, self.encoder.backbone, self.head, self.cache, reuse=self.encoder,
                 rerank=self.rerank,
             )  # fmt: skip
         except BaseException:
@@ -94,6 +97,22 @@ class Engine:
         timer.start()
         return {"index": path.name, "built_at": m.built_at, "videos": len(new_index)}
 
+    def warm_up(self) -> float:
+        """Run one search through every stage the default search takes (query embedding, FAISS, the
+        frame tier, the heavy tier on one candidate, moment refinement), so the first user's query
+        costs what later ones do: the first backbone calls pay for lazy initialisation (the processor,
+        the tokenizer, thread pools, memory). Returns the seconds it took."""
+        t0 = time.perf_counter()
+        if len(self.index) == 0:
+            self.encoder.embed_queries([WARM_UP_QUERY])
+        else:
+            self.searcher.search(
+                {"query": WARM_UP_QUERY, "mode": "rerank", "top_k": 1, "shortlist": 1, "heavy": 1}
+            )
+        seconds = time.perf_counter() - t0
+        logger.info("warmed up in %.2f s", seconds)
+        return seconds
+
     def close(self) -> None:
         for thing in (self.searcher, self.cache, self.index):
             close = getattr(thing, "close", None)
@@ -114,22 +133,22 @@ class RerankModel:
     gate: object | None = None
 
 
-def load_rerank_model(settings: Settings, backbone: Backbone) -> RerankModel:
-    """Load the rerank head and gate the settings name (each optional)."""
+def load_rerank_model(config: EngineConfig, backbone: Backbone) -> RerankModel:
+    """Load the rerank head and gate the config names (each optional)."""
     rerank = RerankModel()
-    if settings.rerank_head is not None:
+    if config.rerank_head is not None:
         from models.head import head_fingerprint, load_head
 
         try:
-            rerank.head = load_head(settings.rerank_head, device=backbone.device)
+            rerank.head = load_head(config.rerank_head, device=backbone.device)
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"the rerank head cannot be loaded: {summarize(exc)}") from exc
-        rerank.fingerprint = head_fingerprint(settings.rerank_head)
-    if settings.rerank_gate is not None:
+        rerank.fingerprint = head_fingerprint(config.rerank_head)
+    if config.rerank_gate is not None:
         from models.gate import load_gate
 
         try:
-            rerank.gate = load_gate(settings.rerank_gate)
+            rerank.gate = load_gate(config.rerank_gate)
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigurationError(f"the early-exit gate cannot be loaded: {summarize(exc)}") from exc
     return rerank
@@ -137,7 +156,7 @@ def load_rerank_model(settings: Settings, backbone: Backbone) -> RerankModel:
 
 def _searcher_for(
     index: IndexReader,
-    settings: Settings,
+    config: EngineConfig,
     backbone: Backbone,
     head: StreamingHead | None,
     cache: FrameCache,
@@ -148,16 +167,14 @@ def _searcher_for(
     """(encoder, Searcher) over ``index``: the encoder that embeds as the index was built, and the
     stage-2 encoder: the rerank head when one is loaded, else the index's head, else one-shot with
     the configured text conditioning (all with the index's K, L, M and instruction)."""
+    from engine.searcher import Searcher, SearcherConfig
     from indexer.assembly import encoder_for
     from models.streaming import VideoEncoder
-    from service.searcher import Searcher
 
-    encoder = encoder_for(
-        index.manifest, backbone, head, clip_batch_size=settings.clip_batch_size, reuse=reuse
-    )
+    encoder = encoder_for(index.manifest, backbone, head, clip_batch_size=config.clip_batch_size, reuse=reuse)
     rerank = rerank or RerankModel()
     stage2_head = rerank.head if rerank.head is not None else encoder.head
-    conditioning = None if stage2_head is not None else settings.rerank_text_conditioning
+    conditioning = None if stage2_head is not None else config.rerank_text_conditioning
     rerank_encoder = VideoEncoder(
         backbone,
         stage2_head,
@@ -166,7 +183,7 @@ def _searcher_for(
         text_conditioning=conditioning,
     )
     gate = rerank.gate if stage2_head is not None else None
-    if settings.exit_threshold is not None and gate is None:
+    if config.exit_threshold is not None and gate is None:
         raise ConfigurationError(
             "QASLR_EXIT_THRESHOLD needs an early-exit gate (QASLR_RERANK_GATE) and a streaming stage 2"
         )
@@ -174,7 +191,7 @@ def _searcher_for(
         encoder,
         index,
         cache,
-        settings=settings,
+        config=SearcherConfig.from_engine_config(config),
         frame_size=backbone.frame_size,
         rerank_encoder=rerank_encoder,
         gate=gate,
@@ -182,27 +199,27 @@ def _searcher_for(
     return encoder, searcher
 
 
-def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
+def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
     """Open the index, load the backbone sized by its manifest (frame size, Matryoshka dim) and the
     head it was built with, refuse a mismatched model, and wire up the cache and the searcher."""
+    from engine.cache import make_cache
     from indexer.assembly import load_model_for_index
     from indexer.store import IndexReader
-    from service.cache import make_cache
 
-    if settings.index is None:
+    if config.index is None:
         raise ConfigurationError(
             "no index configured: set QASLR_INDEX or pass --index DIR (built by `indexer build`)"
         )
-    index = IndexReader(Path(settings.index), faiss_device=settings.faiss_device)
+    index = IndexReader(Path(config.index), faiss_device=config.faiss_device)
     try:
         m = index.manifest
         loaded = load_model_for_index(
             m,
-            settings.model,
-            head_dir=settings.head,
-            device=settings.device,
-            dtype=settings.dtype,
-            frame_size=settings.frame_size,
+            config.model,
+            head_dir=config.head,
+            device=config.device,
+            dtype=config.dtype,
+            frame_size=config.frame_size,
         )
         backbone = loaded.backbone
         if backbone.frame_size != m.frame_size:
@@ -213,15 +230,15 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
                 m.frame_size,
                 backbone.frame_size,
             )
-        cache = make_cache(settings, on_error=on_cache_error)
-        rerank = load_rerank_model(settings, backbone)
-        encoder, searcher = _searcher_for(index, settings, backbone, loaded.head, cache, rerank=rerank)
+        cache = make_cache(config, on_error=on_cache_error)
+        rerank = load_rerank_model(config, backbone)
+        encoder, searcher = _searcher_for(index, config, backbone, loaded.head, cache, rerank=rerank)
     except BaseException:
         index.close()
         raise
-    model = str(settings.model)
+    model = str(config.model)
     info = {
-        "index": Path(settings.index).resolve().name,
+        "index": Path(config.index).resolve().name,
         "index_built_at": m.built_at,
         "backbone": Path(model).name if Path(model).exists() else model,
         "embedder": m.embedder,
@@ -239,7 +256,7 @@ def load_engine(settings: Settings, *, on_cache_error=None) -> Engine:
     }
     logger.info("search engine ready: %s", info)
     return Engine(
-        settings=settings,
+        config=config,
         index=index,
         encoder=encoder,
         cache=cache,

@@ -2,11 +2,11 @@
 
     q = backbone text embedding of the query                              (query_embed)
     stage 1: FAISS top-R over the stored v_j (optionally within a filter) (filter, faiss)
-    stage 2 (mode "rerank"): service.rerank.Reranker re-scores the R candidates with query-aware
+    stage 2 (mode "rerank"): the heavy tier (engine.tiers) re-scores the R candidates with query-aware
         selection and query-conditioned encoding (selection, decode, encode, head), s_ij = q · v_ij
 A stage-1 miss stays a miss: stage 2 only reorders the shortlist.
 
-Evidence and the best moment (service.moments). The evidence of a reranked candidate is its K'
+Evidence and the best moment (engine.moments). The evidence of a reranked candidate is its K'
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
 streaming step that gained most similarity to q (or, one-shot, the best window of frames). In
 ``indexed`` mode the evidence is the top-K' frames of the bank by relevance.
@@ -26,8 +26,11 @@ import numpy as np
 
 from core.config import (
     DEFAULT_FRAMES,
+    DEFAULT_HEAVY,
+    DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
     DEFAULT_TOP_K,
+    FRAME_AGGREGATE,
     MAX_FRAMES,
     MAX_QUERY_CHARS,
     MAX_SEED,
@@ -38,18 +41,21 @@ from core.config import (
     Embedder,
     SearchMode,
 )
-from models.streaming import VideoEncoder
-from service.cache import FrameCache
-from service.frames import FrameSource
-from service.moments import (
+from engine.cache import FrameCache
+from engine.frames import FrameSource, FrameStats
+from engine.hits import EvidenceItem, Hit
+from engine.moments import (
     Timeline,
-    best_window,
-    clip_windows,
     duration_of,
+    relevance_runs,
     relevance_scores,
     relevance_timeline,
+    run_span,
 )
-from service.rerank import EvidenceItem, Hit, Reranker, RerankStats, clip_len
+from engine.refine import MomentRefiner
+from engine.tiers import RerankStats, TierRequest, encoding_tier
+from engine.tiers.frame import FrameTier, frame_score
+from models.streaming import VideoEncoder
 
 __all__ = [
     "ClipHit",
@@ -63,7 +69,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("queue", "query_embed", "filter", "faiss", "selection", "decode", "encode", "head", "total")
+STAGES = (
+    "queue", "query_embed", "filter", "faiss", "frame", "selection", "decode", "encode", "head", "moment",
+    "refine", "total",
+)  # fmt: skip
+STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
+MAX_CLIPS_PER_VIDEO = 8  # group_by "clip": moments kept per candidate
 
 
 class InvalidRequest(ValueError):
@@ -92,18 +103,25 @@ class SearcherConfig:
     max_shortlist: int = MAX_SHORTLIST
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
     decode_workers: int = 4  # threads decoding cache misses, one video each
+    heavy: int = DEFAULT_HEAVY  # the cascade: candidates the heavy tier re-encodes
+    refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
+    frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score (engine.tiers.frame)
 
     @classmethod
-    def from_settings(cls, settings) -> SearcherConfig:
+    def from_engine_config(cls, config) -> SearcherConfig:
+        """The searcher's part of an :class:`engine.config.EngineConfig`."""
         return cls(
-            default_shortlist=settings.default_shortlist,
-            default_frames=settings.default_frames,
-            max_frames=settings.max_frames,
-            temperature=settings.selection_temperature,
-            seed=settings.selection_seed,
-            decode_workers=settings.decode_workers,
-            exit_threshold=settings.exit_threshold,
-            exit_min_steps=settings.exit_min_steps,
+            default_shortlist=config.default_shortlist,
+            default_frames=config.default_frames,
+            max_frames=config.max_frames,
+            temperature=config.selection_temperature,
+            seed=config.selection_seed,
+            decode_workers=config.decode_workers,
+            exit_threshold=config.exit_threshold,
+            exit_min_steps=config.exit_min_steps,
+            heavy=config.heavy,
+            refine_moments=config.refine_moments,
+            frame_aggregate=config.frame_aggregate,
         )
 
 
@@ -115,6 +133,7 @@ class SearchParams:
     top_k: int = DEFAULT_TOP_K
     shortlist: int | None = None
     mode: str = SearchMode.RERANK
+    heavy: int = DEFAULT_HEAVY  # the cascade: how many of the frame tier's top the heavy tier re-encodes
     frames: int | None = None
     filter: dict[str, Any] | None = None
     include_evidence: bool = True
@@ -205,7 +224,6 @@ class Searcher:
         cache: FrameCache,
         *,
         config: SearcherConfig | None = None,
-        settings=None,
         frame_size: int | None = None,
         rerank_encoder: VideoEncoder | None = None,
         gate=None,
@@ -213,9 +231,7 @@ class Searcher:
         self.encoder = encoder
         self.index = index
         self.cache = cache
-        if config is None:
-            config = SearcherConfig.from_settings(settings) if settings is not None else SearcherConfig()
-        self.config = config
+        config = self.config = config or SearcherConfig()
         manifest = index.manifest
         self.embedder = encoder.mode
         if manifest.embedder != encoder.mode:
@@ -230,7 +246,7 @@ class Searcher:
             # the index's stored pixels are at its own working size: another size decodes instead
             store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
         )
-        self.reranker = Reranker(
+        self.reranker = encoding_tier(
             rerank_encoder or encoder,
             index,
             self.frames,
@@ -238,6 +254,13 @@ class Searcher:
             gate=gate,
             exit_min_steps=config.exit_min_steps,
             encode_chunk=config.encode_chunk,
+        )
+        self.frame_tier = FrameTier(index, aggregate=config.frame_aggregate)
+        backbone = getattr(encoder, "backbone", None)
+        self.refiner = (
+            MomentRefiner(backbone, self.frames)
+            if config.refine_moments > 0 and backbone is not None
+            else None
         )
 
     @property
@@ -293,8 +316,12 @@ class Searcher:
             raise InvalidRequest("shortlist", f"must be between 1 and {cfg.max_shortlist}")
         mode = get("mode", SearchMode.RERANK) or SearchMode.RERANK
         if mode not in tuple(SearchMode):
-            raise InvalidRequest("mode", "must be 'indexed' or 'rerank'")
+            raise InvalidRequest("mode", "must be one of " + ", ".join(f"'{m}'" for m in SearchMode))
         mode = SearchMode(mode)
+        heavy = get("heavy")
+        heavy = min(cfg.heavy, shortlist) if heavy is None else int(heavy)
+        if not 0 <= heavy <= shortlist:
+            raise InvalidRequest("heavy", f"must be between 0 and the shortlist ({shortlist})")
         frames = get("frames")
         frames = cfg.default_frames if frames is None else int(frames)
         if not 1 <= frames <= cfg.max_frames:
@@ -328,6 +355,7 @@ class Searcher:
             top_k=top_k,
             shortlist=shortlist,
             mode=mode,
+            heavy=heavy,
             frames=frames,
             filter=flt or None,
             include_evidence=True if include_evidence is None else bool(include_evidence),
@@ -394,14 +422,15 @@ class Searcher:
 
         if on_update is not None:
             on_update(list(hits))
-        if p.mode == SearchMode.RERANK and hits:
-            result.rerank_embedder = self.rerank_embedder
+        if p.mode in STAGE2_MODES and hits:
             stats = RerankStats()
             try:
-                hits = self.reranker.run(
-                    p.query if p.image is None else None, q[0], hits, frames=p.frames, seed=p.seed, exit_threshold=p.exit_threshold,
-                    stats=stats, clock=clock, on_update=on_update, chunk=p.update_chunk,
+                tier_request = TierRequest(
+                    query=p.query if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
+                    stats=stats, clock=clock, exit_threshold=p.exit_threshold, on_update=on_update,
+                    chunk=p.update_chunk,
                 )  # fmt: skip
+                hits = self._cascade(p, tier_request, hits, result)
             finally:
                 f = stats.frames
                 result.cache_hits, result.cache_misses = f.cache_hits, f.cache_misses
@@ -409,26 +438,55 @@ class Searcher:
                 result.store_frames, result.store_errors = f.store_frames, f.store_errors
                 result.warnings += stats.warnings
         if p.group_by == "clip":
-            with clock.stage("selection"):
+            with clock.stage("moment"):
                 result.clips = [
                     c for c in self._clips(p, q_np[0], hits) if p.min_score is None or c.score >= p.min_score
                 ][: p.top_k]
         if p.min_score is not None:
             hits = [h for h in hits if h.score >= p.min_score]
         result.hits = hits[: p.top_k]
-        if p.mode != SearchMode.RERANK and p.include_evidence:
-            with clock.stage("selection"):
-                for hit in result.hits:
-                    self._indexed_evidence(p, q_np[0], hit)
         if p.include_evidence:
-            with clock.stage("selection"):
+            with clock.stage("moment"):
                 for hit in result.hits:
+                    if hit.evidence is None:  # not re-encoded: the top-K' bank frames
+                        self._bank_evidence(p, q_np[0], hit)
+                    self._moment(q_np[0], hit)
                     hit.timeline = self._timeline(q_np[0], hit)
+                for clip in result.clips or []:  # a clip's video may lie outside the top videos
+                    if clip.hit.timeline is None:
+                        clip.hit.timeline = self._timeline(q_np[0], clip.hit)
+            self._refine(p, q_np[0], result, clock)
         else:
             for hit in result.hits:
                 hit.evidence, hit.moment, hit.moment_source = None, None, None
         result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
         return result
+
+    def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
+        """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot
+        or the streaming head) over the frame tier's top ``p.heavy`` only. The heavy tier orders
+        what it scored, by its own score, above the rest, which keep the frame tier's order: one
+        score space per ranked group, and every hit says which tier ranked it."""
+        hits = self.frame_tier.run(request, hits)
+        m = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
+        if m == 0:
+            return hits
+        result.rerank_embedder = self.rerank_embedder
+        top, rest = hits[:m], hits[m:]
+        outer = request.on_update
+        if outer is not None:
+            request.on_update = lambda sub: outer(self._heavy_first(sub) + rest)
+        top = self.reranker.run(request, top)
+        return self._heavy_first(top) + rest
+
+    def _heavy_first(self, hits: list[Hit]) -> list[Hit]:
+        """The heavy tier's hits by its score, then those it could not score in frame-tier order."""
+        name = self.reranker.name
+        heavy = sorted((h for h in hits if h.tier == name), key=lambda h: (-h.score, h.stage1_rank))
+        light = sorted(
+            (h for h in hits if h.tier != name), key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank)
+        )
+        return heavy + light
 
     # -- evidence helpers ------------------------------------------------------------------------
     def _timeline(self, q_vec: np.ndarray, hit: Hit) -> Timeline:
@@ -445,28 +503,31 @@ class Searcher:
         return relevance_timeline(bank.timestamps, relevance, 1.0 / fps, duration_of(hit.record))
 
     def _clips(self, p: SearchParams, q_vec: np.ndarray, hits: list[Hit]) -> list[ClipHit]:
-        """group_by "clip": every candidate's best moments (non-overlapping windows of L frame-bank
-        frames), scored by their mean frame relevance q·f_c, best first across the candidates."""
-        length = clip_len(self.encoder, p.frames)
+        """group_by "clip": every candidate's moments (the runs of bank frames above half-way from the
+        video's median relevance to its peak, engine.moments), each scored like the frame tier
+        scores a video but over the run's frames only, best first across the candidates: a video's
+        best moment carries its frame score, so the clip ranking and the video ranking agree."""
         clips = []
         for hit in hits:
             bank = self.index.frame_bank(hit.video_id)
             relevance = relevance_scores(bank.embeddings, q_vec)
             fps = float(hit.record.fps) if hit.record is not None else 1.0
-            for rows, score, span in clip_windows(
-                bank.frame_indices, relevance, length, fps, duration_of(hit.record)
-            ):
+            for run in relevance_runs(relevance, limit=MAX_CLIPS_PER_VIDEO):
+                rows = np.arange(run.first, run.last + 1)
+                score = frame_score(relevance, self.frame_tier.aggregate, rows=rows)
                 evidence = [  # a clip's moment is the result itself; its frames are evidence
                     EvidenceItem(int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance[i]))
                     for i in rows
                     if p.include_evidence
                 ]
+                span = run_span(run, bank.timestamps, 1.0 / fps, duration_of(hit.record))
                 clips.append(ClipHit(hit=hit, score=score, moment=span, evidence=evidence))
         clips.sort(key=lambda c: (-c.score, c.hit.stage1_rank, c.moment[0]))
         return clips
 
-    def _indexed_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:
-        """Stage-1 evidence: the top-K' frames of the bank by relevance, chronological."""
+    def _bank_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:
+        """Evidence of a hit no heavy tier re-encoded: the top-K' frames of its bank by relevance,
+        chronological."""
         bank = self.index.frame_bank(hit.video_id)
         relevance = relevance_scores(bank.embeddings, q_vec)
         pos = np.sort(np.argsort(-relevance, kind="stable")[: p.frames])
@@ -474,12 +535,40 @@ class Searcher:
             EvidenceItem(int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance[i]))
             for i in pos
         ]
+
+    def _moment(self, q_vec: np.ndarray, hit: Hit) -> None:
+        """The hit's moment, by one rule for every mode and tier: the run of bank frames around the
+        relevance peak above half-way from the video's median to its peak (engine.moments), its
+        edges half-way to the neighbouring bank frames (refined later for the top results)."""
+        bank = self.index.frame_bank(hit.video_id)
+        relevance = relevance_scores(bank.embeddings, q_vec)
+        runs = relevance_runs(relevance, limit=1)
+        if not runs:
+            hit.moment, hit.moment_source = None, None
+            return
         fps = float(hit.record.fps) if hit.record is not None else 1.0
-        hit.moment = best_window(
-            bank.frame_indices[pos],
-            relevance[pos],
-            clip_len(self.encoder, len(pos)),
-            fps,
-            duration_of(hit.record),
-        )
+        hit.moment = run_span(runs[0], bank.timestamps, 1.0 / fps, duration_of(hit.record))
         hit.moment_source = "relevance"
+        hit.moment_run = runs[0]
+
+    def _refine(self, p: SearchParams, q_vec: np.ndarray, result: SearchOutcome, clock) -> None:
+        """Refine the moments of the first ``refine_moments`` results at the source's frame rate (a
+        stage-2 step: stage-1-only searches keep bank-resolution moments and their cost)."""
+        if self.refiner is None or p.mode not in STAGE2_MODES:
+            return
+        todo = [h for h in result.hits[: self.config.refine_moments] if getattr(h, "moment_run", None)]
+        if not todo:
+            return
+        stats = FrameStats()
+        with clock.stage("refine"):
+            for hit in todo:
+                span = self.refiner.refine(
+                    hit, self.index.frame_bank(hit.video_id), hit.moment_run, q_vec, stats
+                )
+                if span is not None:
+                    hit.moment = span
+                    hit.moment_source = "refined"
+        result.cache_hits += stats.cache_hits
+        result.cache_misses += stats.cache_misses
+        result.decoded_frames += stats.decoded_frames
+        result.store_frames += stats.store_frames

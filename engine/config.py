@@ -1,0 +1,79 @@
+"""One typed configuration for the search engine: what to load and how to search.
+
+The engine is built from an :class:`EngineConfig` alone (``engine.load_engine(config)``), so it runs
+inside the HTTP service, a benchmark, a notebook or a batch job alike. The service's pydantic
+``Settings`` read the same fields from the environment and hand the engine ``settings.engine_config()``;
+the defaults below are the only place they are set (from :mod:`core.config`'s constants).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from core.config import (
+    DEFAULT_FRAMES,
+    DEFAULT_HEAVY,
+    DEFAULT_MODEL_ID,
+    DEFAULT_REFINE_MOMENTS,
+    DEFAULT_SHORTLIST,
+    DEFAULT_TEXT_CONDITIONING,
+    FRAME_AGGREGATE,
+    MAX_FRAMES,
+    QFRAME_TEMPERATURE,
+    TextConditioning,
+)
+
+__all__ = ["EngineConfig"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # -- what to load ---------------------------------------------------------------------------
+    index: Path | None = None  # index directory written by `indexer build`
+    model: str = DEFAULT_MODEL_ID  # backbone hub id or local checkpoint directory
+    head: Path | None = None  # the index's streaming head (required when it was built with one)
+    rerank_head: Path | None = None  # a streaming head for stage 2 (default: the index's own, or one-shot)
+    rerank_gate: Path | None = None  # the early-exit gate for a streaming stage 2
+    device: str = "auto"  # auto (cuda if available), cpu, cuda, cuda:1
+    dtype: str = "auto"  # auto = bfloat16 on CUDA, float32 on CPU
+    frame_size: int | None = None  # override the working resolution (default: the index's)
+    faiss_device: str = "auto"  # where stage 1 runs: auto, cpu, gpu
+
+    # -- the frame cache --------------------------------------------------------------------------
+    redis_url: str | None = None  # redis://host:port/db; None = in-process LRU
+    cache_ttl_s: int = 24 * 3600
+    cache_max_items: int = 4096  # frames held by the in-process LRU (0 = off)
+    cache_prefix: str = "qaslr:frame:"
+    redis_timeout_s: float = 0.5
+    redis_retry_s: float = 5.0  # after a Redis error, skip Redis this long
+
+    # -- the model worker -------------------------------------------------------------------------
+    queue_size: int = 8  # searches waiting for the model worker beyond the running one
+
+    # -- search defaults and bounds ---------------------------------------------------------------
+    default_shortlist: int = DEFAULT_SHORTLIST  # R (paper Table 4)
+    default_frames: int = DEFAULT_FRAMES  # K'
+    max_frames: int = MAX_FRAMES  # bound on K' (paper K <= 128)
+    selection_temperature: float = QFRAME_TEMPERATURE  # Q-Frame temperature (models.selection)
+    selection_seed: int = 0  # default seed of query-aware selection
+    rerank_text_conditioning: TextConditioning = DEFAULT_TEXT_CONDITIONING  # one-shot stage 2's prompt
+    exit_threshold: float | None = None  # early exit in stage 2 (needs rerank_gate)
+    exit_min_steps: int = 2  # t_min
+    decode_workers: int = 4  # threads decoding cache misses (one video each)
+    clip_batch_size: int = 8  # clips per backbone forward pass (shared by candidates)
+    heavy: int = DEFAULT_HEAVY  # the cascade: the frame tier's top this many get the heavy tier
+    refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
+    frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score: max, top2 or z
+
+    def replace(self, **changes) -> EngineConfig:
+        return replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_object(cls, obj) -> EngineConfig:
+        """The engine's fields read off any object that has them as attributes (e.g. Settings)."""
+        return cls(**{name: getattr(obj, name) for name in cls.field_names() if hasattr(obj, name)})

@@ -1,0 +1,42 @@
+"""What a search returns per candidate: a :class:`Hit` (one video) and its :class:`EvidenceItem` s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class EvidenceItem:
+    frame_index: int
+    timestamp_s: float
+    relevance: float
+
+
+@dataclass
+class Hit:
+    video_id: str
+    score: float
+    stage1_score: float
+    stage1_rank: int  # 1-based
+    reranked: bool = False
+    record: object = None  # indexer.store.VideoRecord
+    evidence: list[EvidenceItem] | None = None
+    moment: tuple[float, float] | None = None
+    moment_source: str | None = None
+    step_scores: np.ndarray | None = None  # q·z_t for t = 1..T^ (streaming)
+    clips_used: int | None = None  # T^: clips encoded (fewer than planned after an early exit)
+    clips_planned: int | None = None  # T
+    embedding: np.ndarray | None = None  # v_ij [d], for callers who compare encodings
+    step_spans: list[tuple[float, float]] | None = None  # (start_s, end_s) of each streamed clip
+    timeline: object = None  # engine.moments.Timeline: relevance over time (set for returned hits)
+    tier: str | None = None  # the stage-2 tier whose score ranks this hit (None: stage 1)
+    moment_run: object = None  # engine.moments.RelevanceRun behind ``moment`` (for refinement)
+    frame_score: float | None = None  # the frame tier's score (engine.tiers.frame), when it ran
+
+
+def ordered(hits: list[Hit]) -> list[Hit]:
+    """Reranked candidates by score (ties: stage-1 order), then the rest in stage-1 order."""
+    reranked = sorted((h for h in hits if h.reranked), key=lambda h: (-h.score, h.stage1_rank))
+    return reranked + sorted((h for h in hits if not h.reranked), key=lambda h: h.stage1_rank)

@@ -1,0 +1,123 @@
+"""Where in a video the query matched, from per-frame relevance q·f_c over its frame bank.
+
+One rule for every mode and tier: a moment is the run of bank frames around the relevance peak
+that stays at or above half-way from the video's own median relevance to its peak, its edges
+half-way to the neighbouring bank frames (:func:`relevance_runs`, :func:`run_span`);
+:mod:`engine.refine` then moves the edges of the top results to the source's frame rate. The
+relevance timeline (the strip under each result) bins the same scores, or shows the streaming
+head's readout similarity q·z_t after each clip when the head ranked the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def relevance_scores(embeddings: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Frame-bank relevance q · f_c: [C, d] float16 x [d] -> [C] float32."""
+    return np.asarray(embeddings, dtype=np.float32) @ np.asarray(q, dtype=np.float32)
+
+
+def frame_span(indices, fps: float, duration: float | None) -> tuple[float, float]:
+    """[first frame's time, one frame past the last frame's time], clipped to the duration."""
+    indices = np.asarray(indices)
+    start = float(indices.min()) / fps
+    end = float(indices.max() + 1) / fps
+    if duration is not None:
+        end = min(end, duration)
+    return start, max(start, end)
+
+
+def duration_of(record) -> float | None:
+    value = getattr(record, "duration_s", None)
+    return float(value) if value is not None else None
+
+
+TIMELINE_POINTS = 120  # a frame-bank timeline is binned to at most this many points
+
+
+@dataclass
+class Timeline:
+    """Relevance over time: ``source`` "streaming" (q·z_t after each streamed clip) or "relevance"
+    (frame-bank relevance q·f_c, max-pooled into at most TIMELINE_POINTS bins); points are
+    (start_s, end_s, value)."""
+
+    source: str
+    points: list[tuple[float, float, float]]
+
+
+def relevance_timeline(
+    timestamps: np.ndarray, relevance: np.ndarray, frame_s: float, duration: float | None
+) -> Timeline:
+    """The frame bank's relevance over time; each bank frame stands until the next one."""
+    t = np.asarray(timestamps, dtype=np.float64)
+    r = np.asarray(relevance, dtype=np.float64)
+    if len(t) == 0:
+        return Timeline("relevance", [])
+    ends = np.append(t[1:], max(t[-1] + frame_s, duration or 0.0))
+    bins = np.array_split(np.arange(len(t)), min(TIMELINE_POINTS, len(t)))
+    return Timeline(
+        "relevance", [(float(t[b[0]]), float(ends[b[-1]]), float(r[b].max())) for b in bins if len(b)]
+    )
+
+
+# -- moments from per-frame relevance (one rule for every mode) ----------------------------------
+# A moment is the run of bank frames around the relevance peak that stays at or above half-way
+# from the video's own median relevance to its peak (the full width at half maximum, on the
+# video's own scale: a grey haystack sets the floor, the event sets the peak).
+MOMENT_LEVEL = 0.5
+
+
+@dataclass
+class RelevanceRun:
+    """Rows ``first..last`` of a bank (chronological) around ``peak``, above ``threshold``; the
+    moment's edges lie between ``first - 1`` and ``first`` and between ``last`` and ``last + 1``."""
+
+    first: int
+    last: int
+    peak: int
+    threshold: float
+
+
+def relevance_runs(relevance: np.ndarray, *, level: float = MOMENT_LEVEL, limit: int | None = None):
+    """The runs above the half-way threshold, best peak first (at most ``limit``): the first is the
+    run around the global peak."""
+    r = np.asarray(relevance, dtype=np.float64)
+    n = len(r)
+    if n == 0:
+        return []
+    median = float(np.median(r))
+    threshold = median + level * (float(r.max()) - median)
+    above = r >= threshold
+    runs = []
+    i = 0
+    while i < n:
+        if not above[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and above[j + 1]:
+            j += 1
+        peak = i + int(np.argmax(r[i : j + 1]))
+        runs.append(RelevanceRun(i, j, peak, threshold))
+        i = j + 1
+    runs.sort(key=lambda run: (-r[run.peak], run.first))
+    return runs[:limit] if limit is not None else runs
+
+
+def run_span(run: RelevanceRun, timestamps: np.ndarray, frame_s: float, duration: float | None):
+    """The moment of ``run`` at bank resolution: each edge half-way between the last bank frame
+    outside and the first inside (the event's edge lies somewhere between them)."""
+    t = np.asarray(timestamps, dtype=np.float64)
+    start = 0.5 * (t[run.first - 1] + t[run.first]) if run.first > 0 else 0.0
+    if run.last + 1 < len(t):
+        end = 0.5 * (t[run.last] + t[run.last + 1])
+    else:
+        end = t[run.last] + frame_s
+        if duration is not None:
+            end = max(end, duration)
+    if duration is not None:
+        end = min(end, duration)
+    return float(start), float(max(start, end))

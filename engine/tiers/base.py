@@ -1,0 +1,59 @@
+"""The interface every stage-2 tier implements, and what a tier is handed.
+
+A tier re-scores some candidates of the shortlist (paper §3.1, §A.4: stage 2 only reorders what
+stage 1 found) and returns the whole list in its new order. Tiers differ in what they pay: the
+frame tier reads the stored frame bank (no backbone call), the encoding tiers re-encode selected
+frames under the query (one-shot, or the streaming head). A new tier is one new module in this
+package that subclasses :class:`Tier` and registers itself with :func:`engine.tiers.register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from engine.frames import FrameStats
+from engine.hits import Hit
+
+
+@dataclass
+class RerankStats:
+    """Per-request counters of stage 2."""
+
+    frames: FrameStats = field(default_factory=FrameStats)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TierRequest:
+    """One request as a tier sees it."""
+
+    query: str | None  # the query text for a backbone prompt (None for an image query)
+    q: torch.Tensor  # the query embedding [d]
+    frames: int  # K': frames selected per candidate
+    seed: int  # the request's selection seed (combined per candidate: models.selection)
+    stats: RerankStats
+    clock: object  # engine.searcher's stage clock: .stage(name), .move(a, b, seconds), .check()
+    exit_threshold: float | None = None
+    on_update: Callable[[list[Hit]], None] | None = None
+    chunk: int | None = None  # candidates between two progress updates
+
+    @property
+    def q_vec(self) -> np.ndarray:
+        return self.q.numpy().astype(np.float32)
+
+
+class Tier:
+    """A stage-2 tier. ``name`` is how the API and each result name it; ``heavy`` says whether it
+    calls the backbone (the cascade spends its budget on heavy tiers only)."""
+
+    name: ClassVar[str]
+    heavy: ClassVar[bool] = True
+
+    def run(self, request: TierRequest, hits: list[Hit]) -> list[Hit]:
+        """Re-score ``hits`` (all of them) in place and return them in the tier's order."""
+        raise NotImplementedError

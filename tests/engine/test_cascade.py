@@ -1,0 +1,104 @@
+"""The search engine on its own (no HTTP): the frame tier, the cascade, one moment rule.
+
+A small shapes-world collection (six 40-60 s videos, one 2-3 s event each, every event distinct) is
+indexed with the shipped tiny-world backbone, so rankings and moments are real and these can fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.searcher import InvalidRequest
+
+
+def _iou(moment, start, end):
+    inter = max(0.0, min(moment[1], end) - max(moment[0], start))
+    return inter / (max(moment[1], end) - min(moment[0], start))
+
+
+def test_the_engine_searches_an_index_on_its_own(world_engine, world_corpus):
+    """Loaded from an EngineConfig alone and searched through engine.searcher: no HTTP involved (that
+    the engine package imports no web code is tests/test_architecture.py's rule)."""
+    query, right = world_corpus.queries("single")[0]
+    outcome = world_engine.searcher.search({"query": query, "top_k": 3})
+    assert outcome.hits[0].video_id == right
+    assert outcome.hits[0].tier in ("oneshot", "frame")
+
+
+def test_the_frame_tier_ranks_the_event_video_first_without_a_backbone_call(
+    world_engine, world_corpus, monkeypatch
+):
+    tier = world_engine.searcher.reranker
+
+    def no_backbone(*args, **kwargs):
+        raise AssertionError("the frame tier called the backbone")
+
+    monkeypatch.setattr(tier.encoder, "encode", no_backbone)
+    queries = world_corpus.queries("single")
+    right = 0
+    for query, video_id in queries:
+        outcome = world_engine.searcher.search(
+            {"query": query, "mode": "frames", "top_k": 6, "include_evidence": False}
+        )
+        assert {h.tier for h in outcome.hits} == {"frame"}
+        assert outcome.timings_ms["frame"] > 0 and outcome.timings_ms["encode"] == 0
+        right += outcome.hits[0].video_id == video_id
+    assert right >= len(queries) - 1
+
+
+def test_the_cascade_reencodes_only_the_frame_tiers_top_heavy(world_engine, world_corpus):
+    query, _ = world_corpus.queries("single")[1]
+    frames_only = world_engine.searcher.search(
+        {"query": query, "mode": "frames", "top_k": 6, "include_evidence": False}
+    )
+    outcome = world_engine.searcher.search({"query": query, "mode": "rerank", "heavy": 2, "top_k": 6})
+    tiers = [h.tier for h in outcome.hits]
+    assert tiers[:2] == ["oneshot", "oneshot"] and set(tiers[2:]) == {"frame"}
+    # the heavy tier reorders the frame tier's top 2 among themselves; the rest keep the frame order
+    assert {h.video_id for h in outcome.hits[:2]} == {h.video_id for h in frames_only.hits[:2]}
+    assert [h.video_id for h in outcome.hits[2:]] == [h.video_id for h in frames_only.hits[2:]]
+    assert outcome.timings_ms["frame"] > 0 and outcome.timings_ms["encode"] > 0
+    assert all(h.clips_used is not None for h in outcome.hits[:2])
+    zero = world_engine.searcher.search({"query": query, "mode": "rerank", "heavy": 0, "top_k": 6})
+    assert [h.video_id for h in zero.hits] == [h.video_id for h in frames_only.hits]
+    assert zero.timings_ms["encode"] == 0
+
+
+@pytest.mark.parametrize("heavy", [-1, 11])
+def test_a_heavy_count_outside_the_shortlist_is_refused(world_engine, heavy):
+    with pytest.raises(InvalidRequest) as info:
+        world_engine.searcher.resolve({"query": "a red square", "shortlist": 10, "heavy": heavy})
+    assert info.value.field == "heavy"
+
+
+@pytest.mark.parametrize("mode", ["indexed", "frames", "rerank"])
+def test_every_mode_returns_a_tight_moment_on_the_event(world_engine, world_corpus, mode):
+    truth = world_corpus.by_id()
+    ious = []
+    for query, right in world_corpus.queries("single"):
+        hit = world_engine.searcher.search({"query": query, "mode": mode, "top_k": 1, "shortlist": 6}).hits[0]
+        if hit.video_id != right:
+            continue
+        (_, start, end), *_ = truth[right].events
+        assert hit.moment_source == ("relevance" if mode == "indexed" else "refined")
+        assert hit.moment[1] - hit.moment[0] <= 1.5 * (end - start) + 0.5
+        ious.append(_iou(hit.moment, start, end))
+    if mode != "indexed":  # refined at the source's frame rate
+        assert len(ious) >= 5 and float(np.mean(np.array(ious) >= 0.7)) >= 0.8
+
+
+def test_clips_come_from_the_same_frame_scores_and_each_has_a_timeline(world_engine, world_corpus):
+    query, right = world_corpus.queries("single")[2]
+    videos = world_engine.searcher.search({"query": query, "mode": "frames", "top_k": 6})
+    clips = world_engine.searcher.search(
+        {"query": query, "mode": "frames", "top_k": 6, "group_by": "clip"}
+    ).clips
+    assert clips[0].hit.video_id == videos.hits[0].video_id == right
+    assert clips[0].score == pytest.approx(videos.hits[0].frame_score)
+    assert all(c.hit.timeline is not None for c in clips)
+    assert [c.score for c in clips] == sorted((c.score for c in clips), reverse=True)
+
+
+def test_warm_up_runs_every_stage_once(world_engine):
+    assert world_engine.warm_up() > 0
