@@ -136,7 +136,8 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
         rep.errors.append(
             f"{len(other)} rows have an unknown status (e.g. {other[0]['id']!r}: {other[0]['status']!r})"
         )
-    if manifest.counts.get(STATUS_INDEXED) != len(indexed) or manifest.counts.get(STATUS_FAILED) != len(failed):
+    counts = manifest.counts
+    if counts.get(STATUS_INDEXED) != len(indexed) or counts.get(STATUS_FAILED) != len(failed):
         rep.warnings.append(
             f"manifest counts {manifest.counts} lag the metadata store (indexed {len(indexed)}, failed "
             f"{len(failed)}; an interrupted write); the store is authoritative and the next build/add rewrites them"

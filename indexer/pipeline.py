@@ -44,8 +44,8 @@ from core.config import (
 )
 from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
-from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
 from indexer.store.faiss_index import automatic_switch
+from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
 from indexer.store.frames import encode_frames
 from indexer.video import (
     VideoError,
@@ -369,7 +369,9 @@ class Builder:
             factory = opts.faiss_factory
             if factory is None and opts.faiss_exact_max is not None:
                 factory = automatic_switch(
-                    self.writer.manifest.faiss_factory, self.writer.counts()[STATUS_INDEXED], opts.faiss_exact_max
+                    self.writer.manifest.faiss_factory,
+                    self.writer.counts()[STATUS_INDEXED],
+                    opts.faiss_exact_max,
                 )
                 if factory:
                     logger.info("the corpus crossed the FAISS thresholds: switching the index to %s", factory)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from indexer import pipeline
+from indexer.assembly import check_compatible
 from indexer.maintenance import verify_index
 from indexer.store import IndexMismatchError, IndexReader
 from qaslr.commands.indexer import main
@@ -278,7 +279,7 @@ def test_mismatch_refused(sample_videos, tiny_checkpoint, tiny_head, tmp_path, c
     assert "fingerprint" in capsys.readouterr().err
     with IndexReader(index) as r:
         with pytest.raises(IndexMismatchError):
-            r.check_compatible(backbone_fingerprint="0" * 16, head_fingerprint="oneshot")
+            check_compatible(r.manifest, backbone_fingerprint="0" * 16, head_fingerprint="oneshot")
         assert len(r) == 4
 
 
