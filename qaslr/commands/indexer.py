@@ -95,7 +95,7 @@ def run_publish(args) -> int:
     return 0
 
 
-def _setup_errors() -> tuple[type[BaseException], ...]:
+def setup_errors() -> tuple[type[BaseException], ...]:
     """What `prepare_build`/`prepare_add` raise for a bad source, model, options or index: usage errors."""
     from core.errors import ConfigurationError
     from indexer.pipeline import SourceError
@@ -118,7 +118,7 @@ def run_build(args) -> int:
 
     try:
         job = prepare_build(args.source, args.index, options_from_args(args))
-    except _setup_errors() as exc:
+    except setup_errors() as exc:
         return _usage(str(exc))
     code = _run_job(args, job)
     if code == 0 and args.publish:
@@ -137,7 +137,7 @@ def run_add(args) -> int:
         return _usage(str(exc))
     except IndexFormatError as exc:
         return _usage(f"{exc} (use `indexer build` to create an index)")
-    except _setup_errors() as exc:
+    except setup_errors() as exc:
         return _usage(str(exc))
     return _run_job(args, job)
 
@@ -164,10 +164,10 @@ class _StopOnSignal:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-class _Bar:
+class TqdmProgress:
     """The build's progress (:class:`indexer.Progress`) as a tqdm bar with the frames/s decoded."""
 
-    def __init__(self, *, disable: bool):
+    def __init__(self, *, disable: bool = False):
         self.disable = disable
         self.bar = None
         self.frames = 0
@@ -195,7 +195,7 @@ def _run_job(args, job) -> int:
     from core.errors import ConfigurationError, summarize
     from indexer.distributed import RayBuildError, RayConnectError
 
-    bar = _Bar(disable=args.no_progress)
+    bar = TqdmProgress(disable=args.no_progress)
     try:
         with _StopOnSignal() as stop:
             report = job.run(progress=bar, stop=stop.event.is_set)
