@@ -254,12 +254,14 @@ class BuildJob:
             if source is not None:
                 source.disconnect()
             self.close()
+        from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
+
         m = writer.manifest
         return BuildReport(
             stats=stats,
             directory=writer.directory,
-            indexed_total=m.counts["indexed"],
-            failed_total=m.counts["failed"],
+            indexed_total=m.counts[STATUS_INDEXED],
+            failed_total=m.counts[STATUS_FAILED],
             faiss_factory=m.faiss_factory,
         )
 
