@@ -378,7 +378,7 @@ def test_cli_build_stats_verify_and_exit_statuses(corpus, tiny_checkpoint, tmp_p
     assert main([*args, "--fail-on-error"]) == 1
     assert "0 indexed, 10 skipped" in capsys.readouterr().out
     # other settings than the index's: a usage error naming both sides
-    assert main([*args[:5], "--frames", "6", "--clip-len", str(L), "--no-progress"]) == 2
+    assert main([*args[:6], "--frames", "6", "--clip-len", str(L), "--no-progress"]) == 2
     assert "max_frames: index has 8, this build has 6" in capsys.readouterr().err
 
     # verify notices damage
