@@ -35,7 +35,6 @@ import argparse
 import json
 import logging
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -128,20 +127,10 @@ def make_videos(workdir: Path, args) -> dict[int, Path]:
 def build(manifest: Path, index: Path, model: Path, store: str) -> float:
     if (index / "manifest.json").exists():
         return 0.0
-    cmd = [sys.executable, "-m", "qaslr.commands.indexer", "build", str(manifest), "--index", str(index)]
-    cmd += [
-        "--model",
-        str(model),
-        "-K",
-        "32",
-        "--frame-store",
-        store,
-        "--no-progress",
-        "--log-level",
-        "WARNING",
-    ]
+    from indexer import BuildOptions, build_index
+
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    build_index(manifest, index, BuildOptions(model=str(model), frames=32, frame_store=store))
     return time.perf_counter() - t
 
 

@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     import torch
 
     from core.config import Embedder
-    from indexer.pipeline import Builder, BuildOptions, decode_video, discover
+    from indexer.pipeline import Builder, BuilderOptions, decode_video, discover
     from indexer.store import IndexWriter, Manifest
     from indexer.video import decode_frames
     from models.backbone import VideoClip, load_backbone
@@ -187,7 +187,6 @@ def main(argv=None) -> int:
 
     # 3. full build (overlapped)
     manifest = Manifest(
-        format_version=1,
         backbone_id=model,
         backbone_fingerprint=backbone.fingerprint,
         head_fingerprint=head_fingerprint(args.head) if args.head else Embedder.ONESHOT,
@@ -202,7 +201,7 @@ def main(argv=None) -> int:
     )
     index_dir = Path(tempfile.mkdtemp(prefix="index_", dir=work))
     with IndexWriter.create(index_dir / "idx", manifest) as writer:
-        options = BuildOptions(batch_videos=args.batch_videos, workers=args.workers)
+        options = BuilderOptions(batch_videos=args.batch_videos, workers=args.workers)
         t, c = time.perf_counter(), time.process_time()
         stats = Builder(writer, encoder, options=options).run(items)
         t_build, c_build = time.perf_counter() - t, time.process_time() - c

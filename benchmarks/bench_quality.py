@@ -122,13 +122,12 @@ def needle_recall(hit, video, bank) -> float | None:
 
 
 def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
-    from qaslr.commands.indexer import main as indexer_main
+    from indexer import BuildOptions, build_index
 
-    args = ["build", str(manifest), "--index", str(index), "--model", str(model), "--no-progress"]
-    args += ["--head", str(head)] if head else ["--embedder", "oneshot"]
-    code = indexer_main(args)
-    if code not in (0, None):
-        raise SystemExit(f"indexer build failed with status {code}")
+    embedder = None if head else "oneshot"
+    options = BuildOptions(model=str(model), head_dir=str(head) if head else None, embedder=embedder)
+    report = build_index(manifest, index, options)
+    print(report.summary())
 
 
 def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:

@@ -64,6 +64,7 @@ def _frames(n: int, seed: int, w: int = 160, h: int = 120) -> np.ndarray:
 
 
 def build_corpus(root: Path, num_videos: int) -> tuple[Path, Path, Path]:
+    from indexer import BuildOptions, build_index
     from models.checkpoint import make_checkpoint
     from models.head import StreamingHeadConfig, create_head, save_head
     from world.media import write_video
@@ -88,10 +89,8 @@ def build_corpus(root: Path, num_videos: int) -> tuple[Path, Path, Path]:
     manifest = root / "videos" / "manifest.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
     index = root / "index"
-    cmd = [sys.executable, "-m", "qaslr.commands.indexer", "build", str(manifest), "--index", str(index)]
-    cmd += ["--model", str(ckpt), "--head", str(head), "-K", "32", "-L", "8", "--bank-per-second", "2"]
-    cmd += ["--no-progress", "--log-level", "WARNING"]
-    subprocess.run(cmd, check=True)
+    options = BuildOptions(model=str(ckpt), head_dir=str(head), frames=32, clip_len=8, bank_per_second=2)
+    build_index(manifest, index, options)
     return ckpt, head, index
 
 

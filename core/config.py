@@ -45,6 +45,13 @@ BANK_PER_SECOND = 1.0  # candidate frames per second of video
 BANK_MAX_FRAMES = 256  # at most this many per video
 
 
+# -- index build throughput (`indexer build|add`; not recorded in the index) -----------------------
+INDEX_BATCH_VIDEOS = 4  # videos per model batch; their clips share backbone calls
+INDEX_CLIP_BATCH = 8  # clips per backbone forward pass
+INDEX_IMAGE_BATCH = 32  # frame-bank frames per backbone image call
+INDEX_DECODE_WORKERS = 2  # decode threads running ahead of the model
+
+
 def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK_MAX_FRAMES) -> dict:
     """The frame-bank policy as recorded in an index manifest."""
     return {"per_second": float(per_second), "max_frames": int(max_frames)}

@@ -1,7 +1,7 @@
 """(index manifest + backbone + head) -> VideoEncoder: the one place that loads the model an index
 needs, checks that it is the model the index was built with, and wires the encoder.
 
-Used by ``indexer build|add`` (``qaslr.commands.indexer``) and by the search service
+Used by the indexer facade (:mod:`indexer.api`, behind ``indexer build|add``) and by the search service
 (``engine.loader.load_engine`` and ``Engine.swap_index``, which add the Searcher on top).
 """
 

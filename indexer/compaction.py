@@ -33,7 +33,7 @@ import numpy as np
 
 from core.files import atomic_write
 from indexer.store import faiss_index as fx
-from indexer.store.format import BANK_DIR, bank_file_name, npy_bytes
+from indexer.store.format import BANK_DIR, STATUS_INDEXED, bank_file_name, npy_bytes
 from indexer.store.frames import FRAMES_DIR, FramesFile, copy_rows, frames_file_name
 from indexer.store.writer import IndexWriter
 
@@ -80,7 +80,7 @@ def compact(writer: IndexWriter, *, exact_max: int = fx.EXACT_MAX_VECTORS) -> Co
     # files no row references at all (every video of their batch removed), if any are left
     deleted = writer.collect_unreferenced_files()
     report.bank_files_deleted, report.frames_files_deleted = deleted[BANK_DIR], deleted[FRAMES_DIR]
-    n = writer.counts()["indexed"]
+    n = writer.counts()[STATUS_INDEXED]
     current = writer.manifest.faiss_factory
     switch = fx.automatic_switch(current, n, exact_max)
     if switch:

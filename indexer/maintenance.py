@@ -71,8 +71,8 @@ def index_stats(directory: str | Path) -> dict:
     return {
         "directory": str(directory),
         "manifest": json.loads(manifest.to_json()),
-        "indexed": indexed.get("videos", 0),
-        "failed": by_status.get(STATUS_FAILED, {}).get("videos", 0),
+        STATUS_INDEXED: indexed.get("videos", 0),
+        STATUS_FAILED: by_status.get(STATUS_FAILED, {}).get("videos", 0),
         "indexed_hours": indexed.get("duration_s", 0.0) / 3600.0,
         "bank_frames": indexed.get("bank_frames", 0),
         # file bytes include the rows of removed videos until their batch's files are rewritten
@@ -136,7 +136,8 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
         rep.errors.append(
             f"{len(other)} rows have an unknown status (e.g. {other[0]['id']!r}: {other[0]['status']!r})"
         )
-    if manifest.counts.get("indexed") != len(indexed) or manifest.counts.get("failed") != len(failed):
+    counts = manifest.counts
+    if counts.get(STATUS_INDEXED) != len(indexed) or counts.get(STATUS_FAILED) != len(failed):
         rep.warnings.append(
             f"manifest counts {manifest.counts} lag the metadata store (indexed {len(indexed)}, failed "
             f"{len(failed)}; an interrupted write); the store is authoritative and the next build/add rewrites them"

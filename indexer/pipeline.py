@@ -34,10 +34,18 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND, FrameStore
+from core.config import (
+    BANK_MAX_FRAMES,
+    BANK_PER_SECOND,
+    INDEX_BATCH_VIDEOS,
+    INDEX_DECODE_WORKERS,
+    INDEX_IMAGE_BATCH,
+    FrameStore,
+)
 from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.store.faiss_index import automatic_switch
+from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
 from indexer.store.frames import encode_frames
 from indexer.video import (
     VideoError,
@@ -108,11 +116,11 @@ def discover(source: str | os.PathLike) -> list[SourceItem]:
 
 
 @dataclass
-class BuildOptions:
-    batch_videos: int = 4  # videos per model batch (their clips share backbone calls)
-    workers: int = 2  # decode threads
+class BuilderOptions:
+    batch_videos: int = INDEX_BATCH_VIDEOS  # videos per model batch (their clips share backbone calls)
+    workers: int = INDEX_DECODE_WORKERS  # decode threads
     prefetch_batches: int = 2  # decoded batches kept ready ahead of the model
-    image_batch: int = 32  # frame-bank frames per backbone image call
+    image_batch: int = INDEX_IMAGE_BATCH  # frame-bank frames per backbone image call
     bank_per_second: float = BANK_PER_SECOND
     bank_max_frames: int = BANK_MAX_FRAMES
     retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
@@ -258,7 +266,7 @@ class Builder:
     entries from a batch source (the local decode pool and encoder, or :mod:`indexer.distributed`'s
     Ray Data pipeline) in plan order, and commits them through the one writer."""
 
-    def __init__(self, writer: IndexWriter, encoder=None, *, options: BuildOptions = BuildOptions()):
+    def __init__(self, writer: IndexWriter, encoder=None, *, options: BuilderOptions = BuilderOptions()):
         self.writer = writer
         self.encoder = encoder  # None when a remote batch source embeds (Ray)
         self.options = options
@@ -291,11 +299,11 @@ class Builder:
             if prev is None:
                 continue
             fingerprint, status, stat = prev
-            if status == "failed" and self.options.retry_failed:
+            if status == STATUS_FAILED and self.options.retry_failed:
                 continue
             if _unchanged(it.path, fingerprint, stat):
                 done.add(it.id)
-                stats.failed_before += status == "failed"
+                stats.failed_before += status == STATUS_FAILED
             else:
                 logger.info("%s changed on disk since it was indexed; re-indexing it", it.id)
         stats.skipped = len(done)
@@ -361,7 +369,9 @@ class Builder:
             factory = opts.faiss_factory
             if factory is None and opts.faiss_exact_max is not None:
                 factory = automatic_switch(
-                    self.writer.manifest.faiss_factory, self.writer.counts()["indexed"], opts.faiss_exact_max
+                    self.writer.manifest.faiss_factory,
+                    self.writer.counts()[STATUS_INDEXED],
+                    opts.faiss_exact_max,
                 )
                 if factory:
                     logger.info("the corpus crossed the FAISS thresholds: switching the index to %s", factory)
@@ -467,7 +477,7 @@ class BatchEncoder:
                 width=info.width if info else 0,
                 height=info.height if info else 0,
                 metadata=dict(d.item.metadata),
-                status="failed" if d.error else "indexed",
+                status=STATUS_FAILED if d.error else STATUS_INDEXED,
                 error=d.error,
             )
             if d.error:

@@ -43,10 +43,6 @@ class VideoInfo:
     def duration_s(self) -> float:
         return self.num_frames / self.fps
 
-    def timestamp(self, frame_index) -> np.ndarray | float:
-        """Seconds of a frame index (array or scalar)."""
-        return np.asarray(frame_index, dtype=np.float64) / self.fps
-
 
 def _reader(path: str | os.PathLike, size: tuple[int, int] | None = None):
     import decord

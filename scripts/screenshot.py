@@ -49,8 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def build_sample(directory: Path) -> tuple[Path, Path, str]:
     """(index, checkpoint, a query) of a small sample: 4 shapes-world videos of 20-30 s in formats
     a browser plays, one-shot index, generated random-weight checkpoint. Built once."""
+    from indexer import BuildOptions, build_index
     from models.checkpoint import make_checkpoint
-    from qaslr.commands.indexer import main as indexer_main
     from world.corpus import CorpusConfig, make_corpus
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -69,10 +69,8 @@ def build_sample(directory: Path) -> tuple[Path, Path, str]:
     corpus = make_corpus(directory / "videos", config)
     index = directory / "index"
     if not (index / "manifest.json").exists():
-        build = ["build", str(corpus.manifest), "--index", str(index), "--model", str(checkpoint)]
-        code = indexer_main(build + ["--embedder", "oneshot", "--no-progress", "--workers", "1"])
-        if code not in (0, None):
-            raise SystemExit(f"indexer build exited with status {code}")
+        options = BuildOptions(model=str(checkpoint), embedder="oneshot", workers=1)
+        build_index(corpus.manifest, index, options)  # raises (a precise error) when it cannot build
     return index, checkpoint, corpus.queries()[0][0]
 
 

@@ -329,11 +329,6 @@ class MetadataStore:
             f"bank_count, frame_indices, fingerprint, path, {self._frames_columns()} FROM videos"
         ).fetchall()
 
-    def set_path(self, video_id: str, path: str) -> None:
-        """Point a video at another source file (used when files move)."""
-        with self.conn:
-            self.conn.execute("UPDATE videos SET path = ? WHERE id = ?", (path, video_id))
-
     # -- compaction ------------------------------------------------------------------------------
     def bank_usage(self) -> dict[str, list[tuple[str, int, int]]]:
         """bank file -> the (id, first row, row count) of every video that references it, by row."""

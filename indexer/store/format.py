@@ -55,7 +55,6 @@ class IndexMismatchError(Exception):
 
 @dataclass
 class Manifest:
-    format_version: int
     backbone_id: str
     backbone_fingerprint: str
     head_fingerprint: str  # Embedder.ONESHOT ("oneshot") for one-shot indexes
@@ -74,6 +73,8 @@ class Manifest:
     instruction: str | None = None
     # a core.config.FrameStore value; indexes written before the frame store existed have "none"
     frame_store: str = FrameStore.NONE
+    # the format this code writes (IndexWriter.create stamps it on every new index)
+    format_version: int = field(default=FORMAT_VERSION, kw_only=True)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

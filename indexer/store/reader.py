@@ -117,17 +117,6 @@ class IndexReader:
     def __exit__(self, *exc):
         self.close()
 
-    def check_compatible(self, *, backbone_fingerprint: str, head_fingerprint: str) -> None:
-        """Raise IndexMismatchError unless the loaded backbone and head are the index's."""
-        from indexer.assembly import check_compatible
-
-        check_compatible(
-            self.manifest,
-            backbone_fingerprint=backbone_fingerprint,
-            head_fingerprint=head_fingerprint,
-            where=f"index {self.directory.name}",
-        )
-
     def search(
         self, queries: np.ndarray, k: int, *, allowed_ids: Collection[str] | None = None
     ) -> list[list[tuple[str, float]]]:

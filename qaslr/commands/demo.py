@@ -95,8 +95,33 @@ def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
     return str(world), True
 
 
+def _build_index(manifest, index: Path, model: str, head: str | None) -> int:
+    """Build (or resume) the sample index through the indexer facade, with a progress bar; 0, or the
+    exit status `indexer build` gives the error (2 setup, 3 the index cannot be written)."""
+    import sqlite3
+
+    from indexer import BuildOptions, prepare_build
+    from qaslr.commands.indexer import EXIT_IO, EXIT_USAGE, TqdmProgress, setup_errors
+
+    options = BuildOptions(model=model, head_dir=head, embedder=None if head else "oneshot")
+    try:
+        job = prepare_build(manifest, index, options)
+    except setup_errors() as exc:
+        logger.error("indexer build failed: %s", exc)
+        return EXIT_USAGE
+    bar = TqdmProgress()
+    try:
+        report = job.run(progress=bar)
+    except (OSError, sqlite3.DatabaseError) as exc:
+        logger.error("indexer build could not write the index: %s", exc)
+        return EXIT_IO
+    finally:
+        bar.close()
+    print(report.summary())
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    from qaslr.commands.indexer import main as indexer_main
     from world.corpus import CorpusConfig, make_corpus
 
     if not 1 <= args.videos <= 32:
@@ -110,12 +135,9 @@ def run(args: argparse.Namespace) -> int:
     corpus = make_corpus(workdir / "videos", CorpusConfig(videos=args.videos, **SAMPLE_CORPUS), progress=True)
 
     index = workdir / ("index-qaslr" if head else "index-oneshot") / Path(model).name
-    build = ["build", str(corpus.manifest), "--index", str(index), "--model", model]
-    build += ["--head", head] if head else ["--embedder", "oneshot"]
-    code = indexer_main(build)
-    if code not in (0, None):
-        logger.error("indexer build exited with status %s", code)
-        return int(code)
+    code = _build_index(corpus.manifest, index, model, head)
+    if code:
+        return code
     if args.no_serve:
         print(f"index ready at {index}")
         return 0

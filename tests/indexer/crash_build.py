@@ -1,16 +1,17 @@
-"""Run the real `indexer` command with a crash injected from outside the build code.
+"""Run a real build (through the library facade) with a crash injected from outside the build code.
 
-    python tests/indexer/crash_build.py N indexer-args...
+    python tests/indexer/crash_build.py N build|add SOURCE INDEX OPTIONS_JSON
 
 The process dies abruptly (``os._exit(99)``: no cleanup, no flush, like kill -9) right after the
 build's N-th batch commit, through the Builder's ``on_commit`` callback. The build code itself has no
-crash hook.
+crash hook. The arguments after N are those of tests/indexer/facade_child.py.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 CRASH_STATUS = 99
 
@@ -36,6 +37,7 @@ def install(after: int) -> None:
 
 if __name__ == "__main__":
     install(int(sys.argv[1]))
-    from qaslr.commands.indexer import main
+    sys.path.insert(0, str(Path(__file__).parent))
+    from facade_child import run as run_child
 
-    sys.exit(main(sys.argv[2:]))
+    sys.exit(run_child(sys.argv[2:]))

@@ -1,5 +1,6 @@
 """The disk fills during a build: run inside a private mount namespace (``unshare -m``), with the
-index on a small tmpfs of its own.
+index on a small tmpfs of its own. The subject is the `indexer` command's process (its exit status 3,
+its one-line reason, its resume), so this runs the command, not the library facade.
 
     unshare -m python tests/indexer/disk_full.py MOUNTPOINT OUT_DIR indexer-build-args...
 

@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from indexer import BuildOptions, build_index
 from indexer.maintenance import verify_index
 from indexer.store import IndexReader
 from qaslr.commands.indexer import main
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--frames", "8", "--clip-len", "4", "--no-progress", "--log-level", "WARNING"]
+
+
+def _build(source, index, ckpt, **kw) -> None:
+    assert not build_index(source, index, BuildOptions(model=str(ckpt), frames=8, clip_len=4, **kw)).stopped
 
 
 class _Silent(RuntimeError):
@@ -50,10 +55,7 @@ def test_no_unguarded_first_line_of_a_message_anywhere():
 @pytest.fixture
 def small_index(tmp_path, sample_videos, tiny_checkpoint):
     index = tmp_path / "idx"
-    assert (
-        main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON])
-        == 0
-    )
+    _build(sample_videos, index, tiny_checkpoint)
     return index
 
 
@@ -81,46 +83,10 @@ def test_build_records_decoder_errors_without_a_message(
 
     monkeypatch.setattr(decord, "VideoReader", broken)
     index = tmp_path / "idx"
-    assert (
-        main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON])
-        == 0
-    )
+    _build(sample_videos, index, tiny_checkpoint)
     with IndexReader(index) as r:
         failed = r.videos(status="failed")
         assert len(failed) == 4 and {v.error for v in failed} == {"cannot open as video: _Silent"}
-
-
-def test_add_checks_numbers_like_build(
-    sample_videos, tiny_checkpoint, tiny_head, tmp_path, video_factory, capsys
-):
-    """`indexer add --clip-batch 0` on a QASLR index used to record every new video as failed."""
-    index = tmp_path / "idx"
-    first = tmp_path / "first"
-    video_factory(first / "first.mp4", num_frames=24, fps=12, seed=1)
-    build = [
-        "build",
-        str(first),
-        "--index",
-        str(index),
-        "--model",
-        str(tiny_checkpoint),
-        "--head",
-        str(tiny_head),
-    ]
-    assert main([*build, *COMMON]) == 0
-    capsys.readouterr()
-    for flag in ("--clip-batch", "--batch-videos", "--image-batch", "--workers"):
-        add = ["add", str(sample_videos), "--index", str(index), "--head", str(tiny_head), flag, "0"]
-        assert main([*add, "--no-progress"]) == 2, flag
-        assert f"{flag} must be at least 1" in capsys.readouterr().err
-    with IndexReader(index) as r:
-        assert {v.id for v in r.videos(status=None)} == {"first.mp4"}  # nothing recorded as failed
-    assert (
-        main(["add", str(sample_videos), "--index", str(index), "--head", str(tiny_head), "--no-progress"])
-        == 0
-    )
-    with IndexReader(index) as r:
-        assert len(r) == 5 and r.videos(status="failed") == []
 
 
 def test_indexer_does_not_import_the_command_line_or_service():
@@ -203,3 +169,28 @@ def test_atomic_write_replaces_durably(tmp_path, monkeypatch):
         f.write("half")
         raise RuntimeError("crash mid-write")
     assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+# -- the `indexer` command itself: argument validation ---------------------------------------------
+
+
+def test_add_checks_numbers_like_build(
+    sample_videos, tiny_checkpoint, tiny_head, tmp_path, video_factory, capsys
+):
+    """`indexer add --clip-batch 0` on a QASLR index used to record every new video as failed."""
+    index = tmp_path / "idx"
+    first = tmp_path / "first"
+    video_factory(first / "first.mp4", num_frames=24, fps=12, seed=1)
+    _build(first, index, tiny_checkpoint, head_dir=str(tiny_head))
+    for flag in ("--clip-batch", "--batch-videos", "--image-batch", "--workers"):
+        add = ["add", str(sample_videos), "--index", str(index), "--head", str(tiny_head), flag, "0"]
+        assert main([*add, "--no-progress"]) == 2, flag
+        assert f"{flag} must be at least 1" in capsys.readouterr().err
+    with IndexReader(index) as r:
+        assert {v.id for v in r.videos(status=None)} == {"first.mp4"}  # nothing recorded as failed
+    assert (
+        main(["add", str(sample_videos), "--index", str(index), "--head", str(tiny_head), "--no-progress"])
+        == 0
+    )
+    with IndexReader(index) as r:
+        assert len(r) == 5 and r.videos(status="failed") == []

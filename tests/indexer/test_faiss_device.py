@@ -9,16 +9,16 @@ import logging
 import numpy as np
 import pytest
 
+from indexer import BuildOptions, build_index
 from indexer.store import IndexReader
 from indexer.store import faiss_index as fx
-from qaslr.commands.indexer import main
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory, sample_videos, tiny_checkpoint):
     directory = tmp_path_factory.mktemp("faiss_device") / "idx"
-    args = ["build", str(sample_videos), "--index", str(directory), "--model", str(tiny_checkpoint)]
-    assert main([*args, "--frames", "8", "--clip-len", "4", "--no-progress", "--log-level", "WARNING"]) == 0
+    options = BuildOptions(model=str(tiny_checkpoint), frames=8, clip_len=4)
+    assert not build_index(sample_videos, directory, options).stopped
     return directory
 
 

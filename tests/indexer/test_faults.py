@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer import BuildOptions, build_index
 from indexer.maintenance import verify_index
 from indexer.store import IndexReader
 from qaslr.commands.indexer import main
@@ -41,18 +42,49 @@ def corpus(tmp_path_factory, video_factory):
 def clean(tmp_path_factory, corpus, tiny_checkpoint):
     """An uninterrupted build of the corpus, one video per batch."""
     index = tmp_path_factory.mktemp("clean") / "idx"
-    args = [
-        "build",
-        str(corpus),
-        "--index",
-        str(index),
-        "--model",
-        str(tiny_checkpoint),
-        "--batch-videos",
-        "1",
-    ]
-    assert main([*args, *COMMON]) == 0
+    assert not build_index(corpus, index, _options(tiny_checkpoint)).stopped
     return index
+
+
+def _options(ckpt) -> BuildOptions:
+    """What COMMON and --batch-videos 1 say, as the facade's options."""
+    return BuildOptions(model=str(ckpt), frames=8, clip_len=4, batch_videos=1)
+
+
+def _corrupt_sqlite_page(path: Path, page: int) -> None:
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[16:18], "big") or 65536
+    start = (page - 1) * size
+    assert start + size <= len(data), "the database has fewer pages"
+    data[start : start + size] = bytes([0xA5]) * size
+    path.write_bytes(bytes(data))
+
+
+def test_verify_names_a_corrupted_faiss_file_and_sqlite_page(clean, tmp_path, capsys):
+    faiss_broken = shutil.copytree(clean, tmp_path / "faiss")
+    data = (faiss_broken / "index.faiss").read_bytes()
+    (faiss_broken / "index.faiss").write_bytes(data[: len(data) // 2])  # torn write
+    report = verify_index(faiss_broken)
+    assert not report.ok and any("index.faiss" in e for e in report.errors), report.errors
+    capsys.readouterr()
+    assert main(["verify", "--index", str(faiss_broken)]) == 1
+    assert "index.faiss" in capsys.readouterr().out
+
+    sqlite_broken = shutil.copytree(clean, tmp_path / "sqlite")
+    _corrupt_sqlite_page(sqlite_broken / "meta.sqlite", page=2)
+    report = verify_index(sqlite_broken)
+    assert not report.ok and any("meta.sqlite" in e for e in report.errors), report.errors
+    assert main(["verify", "--index", str(sqlite_broken)]) == 1
+    assert "meta.sqlite" in capsys.readouterr().out
+    # the reader refuses both with an IndexFormatError naming the file, never a crash
+    from indexer.store import IndexFormatError
+
+    for broken, name in ((faiss_broken, "index.faiss"), (sqlite_broken, "meta.sqlite")):
+        with pytest.raises(IndexFormatError, match=name.replace(".", r"\.")):
+            IndexReader(broken)
+
+
+# -- the `indexer` command's process: exit statuses 3 and 143, one-line reasons, then resume --------
 
 
 def _can_mount_tmpfs(tmp_path: Path) -> bool:
@@ -143,38 +175,5 @@ def test_sigterm_mid_build_stops_cleanly_and_resumes(corpus, clean, tiny_checkpo
     with IndexReader(index) as r:
         stopped_with = len(r.videos(status=None))
     assert 2 <= stopped_with < len(GOOD | BAD)
-    assert main([*cmd, *COMMON]) == 0  # resume
+    assert not build_index(corpus, index, _options(tiny_checkpoint)).stopped  # resume
     assert _snapshot(index) == _snapshot(clean)
-
-
-def _corrupt_sqlite_page(path: Path, page: int) -> None:
-    data = bytearray(path.read_bytes())
-    size = int.from_bytes(data[16:18], "big") or 65536
-    start = (page - 1) * size
-    assert start + size <= len(data), "the database has fewer pages"
-    data[start : start + size] = bytes([0xA5]) * size
-    path.write_bytes(bytes(data))
-
-
-def test_verify_names_a_corrupted_faiss_file_and_sqlite_page(clean, tmp_path, capsys):
-    faiss_broken = shutil.copytree(clean, tmp_path / "faiss")
-    data = (faiss_broken / "index.faiss").read_bytes()
-    (faiss_broken / "index.faiss").write_bytes(data[: len(data) // 2])  # torn write
-    report = verify_index(faiss_broken)
-    assert not report.ok and any("index.faiss" in e for e in report.errors), report.errors
-    capsys.readouterr()
-    assert main(["verify", "--index", str(faiss_broken)]) == 1
-    assert "index.faiss" in capsys.readouterr().out
-
-    sqlite_broken = shutil.copytree(clean, tmp_path / "sqlite")
-    _corrupt_sqlite_page(sqlite_broken / "meta.sqlite", page=2)
-    report = verify_index(sqlite_broken)
-    assert not report.ok and any("meta.sqlite" in e for e in report.errors), report.errors
-    assert main(["verify", "--index", str(sqlite_broken)]) == 1
-    assert "meta.sqlite" in capsys.readouterr().out
-    # the reader refuses both with an IndexFormatError naming the file, never a crash
-    from indexer.store import IndexFormatError
-
-    for broken, name in ((faiss_broken, "index.faiss"), (sqlite_broken, "meta.sqlite")):
-        with pytest.raises(IndexFormatError, match=name.replace(".", r"\.")):
-            IndexReader(broken)

@@ -10,8 +10,9 @@ import sqlite3
 import numpy as np
 import pytest
 
+from indexer import BuildOptions, add_to_index, build_index, remove_from_index
 from indexer.maintenance import index_stats, verify_index
-from indexer.store import IndexReader
+from indexer.store import IndexMismatchError, IndexReader
 from indexer.store.frames import (
     FramesFile,
     StoredFrameError,
@@ -120,16 +121,17 @@ def corpus(tmp_path, video_factory):
     return src
 
 
-def _build(corpus, index, ckpt, *extra):
-    return main(["build", str(corpus), "--index", str(index), "--model", str(ckpt), *COMMON, *extra])
+def _build(corpus, index, ckpt, **kw):
+    report = build_index(corpus, index, BuildOptions(model=str(ckpt), frames=8, clip_len=4, **kw))
+    assert not report.stopped
+    return report
 
 
-def test_a_build_keeps_the_bank_frames_at_the_working_size(corpus, tiny_checkpoint, tmp_path, capsys):
+def test_a_build_keeps_the_bank_frames_at_the_working_size(corpus, tiny_checkpoint, tmp_path):
     from models.backbone import working_size
 
     index = tmp_path / "idx"
-    assert _build(corpus, index, tiny_checkpoint, "--frame-store", "lz4") == 0
-    assert "frame store" in capsys.readouterr().out
+    assert "frame store" in _build(corpus, index, tiny_checkpoint, frame_store="lz4").summary()
     with IndexReader(index) as r:
         assert r.frame_store == "lz4"
         for v in r.videos():
@@ -150,27 +152,23 @@ def test_a_build_keeps_the_bank_frames_at_the_working_size(corpus, tiny_checkpoi
     assert fs["codec"] == "lz4" and fs["videos"] == 3 and fs["frames"] == stats["bank_frames"]
     assert fs["bytes"] == stats["bytes"]["frame_store"] > 0
     assert fs["bytes_per_video"] == pytest.approx(fs["bytes"] / 3)
-    assert main(["stats", "--index", str(index)]) == 0
-    assert "frame store: lz4, 3 video(s)" in capsys.readouterr().out
     rep = verify_index(index)
     assert (
         rep.ok and rep.checked["stored_frames"] == stats["bank_frames"] and rep.checked["frames_files"] == 1
     )
 
 
-def test_the_store_setting_is_kept_by_resume_and_add(
-    corpus, tiny_checkpoint, tmp_path, capsys, video_factory
-):
+def test_the_store_setting_is_kept_by_resume_and_add(corpus, tiny_checkpoint, tmp_path, video_factory):
     index = tmp_path / "idx"
-    assert _build(corpus, index, tiny_checkpoint, "--frame-store", "png") == 0
-    capsys.readouterr()
-    assert _build(corpus, index, tiny_checkpoint, "--frame-store", "jpeg") == 2
-    assert "frame_store: index has 'png', this build has 'jpeg'" in capsys.readouterr().err
-    assert _build(corpus, index, tiny_checkpoint) == 0  # no flag: the index's own store
+    _build(corpus, index, tiny_checkpoint, frame_store="png")
+    with pytest.raises(IndexMismatchError) as exc:
+        _build(corpus, index, tiny_checkpoint, frame_store="jpeg")
+    assert "frame_store: index has 'png', this build has 'jpeg'" in str(exc.value)
+    _build(corpus, index, tiny_checkpoint)  # no frame store asked for: the index's own
 
     more = tmp_path / "more"
     video_factory(more / "d.mp4", num_frames=24, fps=12, seed=9)
-    assert main(["add", str(more), "--index", str(index), "--no-progress", "--log-level", "WARNING"]) == 0
+    assert not add_to_index(more, index).stopped
     with IndexReader(index) as r:
         assert r.frame_store == "png"
         bank = r.frame_bank("d.mp4")
@@ -180,9 +178,9 @@ def test_the_store_setting_is_kept_by_resume_and_add(
 
 def test_remove_deletes_frames_files_no_video_needs(corpus, tiny_checkpoint, tmp_path):
     index = tmp_path / "idx"
-    assert _build(corpus, index, tiny_checkpoint, "--batch-videos", "1") == 0  # the default store
+    _build(corpus, index, tiny_checkpoint, batch_videos=1)  # the default store
     assert len(list((index / "frames").glob("frames-*.bin"))) == 3
-    assert main(["remove", "b.mp4", "--index", str(index)]) == 0
+    assert remove_from_index(index, ["b.mp4"]).unknown == []
     assert len(list((index / "frames").glob("frames-*.bin"))) == 2
     rep = verify_index(index)
     assert rep.ok and rep.checked["frames_files"] == 2
@@ -190,13 +188,13 @@ def test_remove_deletes_frames_files_no_video_needs(corpus, tiny_checkpoint, tmp
     orphan = index / "frames" / "frames-00000099.bin"
     orphan.write_bytes(b"left by a crash")
     assert any("frames-00000099.bin is not referenced" in w for w in verify_index(index).warnings)
-    assert main(["remove", "a.mp4", "--index", str(index)]) == 0  # the next writer collects it
+    assert remove_from_index(index, ["a.mp4"]).unknown == []  # the next writer collects it
     assert not orphan.exists()
 
 
 def test_verify_names_a_frames_file_of_the_wrong_codec(corpus, tiny_checkpoint, tmp_path):
     index = tmp_path / "idx"
-    assert _build(corpus, index, tiny_checkpoint, "--frame-store", "lz4") == 0
+    _build(corpus, index, tiny_checkpoint, frame_store="lz4")
     manifest = json.loads((index / "manifest.json").read_text())
     manifest["frame_store"] = "jpeg"
     (index / "manifest.json").write_text(json.dumps(manifest))
@@ -208,7 +206,7 @@ def test_an_index_from_before_the_frame_store_still_opens_and_extends(
     corpus, tiny_checkpoint, tmp_path, video_factory
 ):
     index = tmp_path / "idx"
-    assert _build(corpus, index, tiny_checkpoint, "--frame-store", "none") == 0
+    _build(corpus, index, tiny_checkpoint, frame_store="none")
     # what an index written before the frame store looked like: no columns, no manifest field
     with sqlite3.connect(index / "meta.sqlite") as db:
         db.execute("ALTER TABLE videos DROP COLUMN frames_file")
@@ -226,7 +224,21 @@ def test_an_index_from_before_the_frame_store_still_opens_and_extends(
     assert verify_index(index).ok
     more = tmp_path / "more"
     video_factory(more / "d.mp4", num_frames=24, fps=12, seed=9)
-    assert main(["add", str(more), "--index", str(index), "--no-progress", "--log-level", "WARNING"]) == 0
+    assert not add_to_index(more, index).stopped
     with IndexReader(index) as r:
         assert len(r) == 4 and r.frame_store == "none"
     assert verify_index(index).ok
+
+
+# -- the `indexer` command itself ------------------------------------------------------------------
+
+
+def test_cli_frame_store_flag_and_stats(corpus, tiny_checkpoint, tmp_path, capsys):
+    index = tmp_path / "idx"
+    args = ["build", str(corpus), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
+    assert main([*args, "--frame-store", "lz4"]) == 0
+    assert "frame store" in capsys.readouterr().out
+    assert main(["stats", "--index", str(index)]) == 0
+    assert "frame store: lz4, 3 video(s)" in capsys.readouterr().out
+    assert main([*args, "--frame-store", "png"]) == 2
+    assert "frame_store: index has 'lz4', this build has 'png'" in capsys.readouterr().err

@@ -8,15 +8,25 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from indexer import BuildOptions, add_to_index, build_index, compact_index, remove_from_index
 from indexer.maintenance import verify_index
 from indexer.store import IndexReader
 from qaslr.commands.indexer import main
 
-COMMON = ["--frames", "8", "--clip-len", "4", "--no-progress", "--log-level", "WARNING"]
+FACADE_CHILD = Path(__file__).with_name("facade_child.py")
+
+
+def _build(source, index, ckpt, **kw):
+    report = build_index(source, index, BuildOptions(model=str(ckpt), frames=8, clip_len=4, **kw))
+    assert not report.stopped
+    return report
+
+
 FLAT = "IDMap2,Flat"
 ANN = "IDMap2,IVF1(Flat),Flat"  # the automatic IVF for 5 videos (one list: too few to train more)
 
@@ -50,18 +60,13 @@ def _factory(directory) -> str:
         return r.manifest.faiss_factory
 
 
-def test_add_switches_faiss_type_when_the_corpus_crosses_the_threshold(
-    videos, tiny_checkpoint, tmp_path, capsys
-):
+def test_add_switches_faiss_type_when_the_corpus_crosses_the_threshold(videos, tiny_checkpoint, tmp_path):
     first, more = videos
     index = tmp_path / "idx"
-    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
-    assert main([*build, "--faiss-exact-max", "4"]) == 0
+    _build(first, index, tiny_checkpoint, faiss_exact_max=4)
     assert _factory(index) == FLAT
-    capsys.readouterr()
 
-    assert main(["add", str(more), "--index", str(index), *COMMON[4:], "--faiss-exact-max", "4"]) == 0
-    out = capsys.readouterr().out
+    out = add_to_index(more, index, BuildOptions(faiss_exact_max=4)).summary()
     assert "switched from IDMap2,Flat" in out
     assert _factory(index) == ANN
     assert verify_index(index).ok
@@ -69,37 +74,33 @@ def test_add_switches_faiss_type_when_the_corpus_crosses_the_threshold(
     assert len(ids) == 5 and [row[0][0] for row in hits] == ids  # each video finds itself first
 
     # shrinking below the threshold and compacting switches back to exact search
-    assert main(["remove", "v3.mp4", "v4.mp4", "--index", str(index)]) == 0
-    assert main(["compact", "--index", str(index), "--faiss-exact-max", "4"]) == 0
-    assert f"switched from {ANN}" in capsys.readouterr().out
+    assert remove_from_index(index, ["v3.mp4", "v4.mp4"]).unknown == []
+    assert f"switched from {ANN}" in compact_index(index, exact_max=4).summary()
     assert _factory(index) == FLAT and verify_index(index).ok
 
 
-def test_add_keeps_a_faiss_type_forced_at_build(videos, tiny_checkpoint, tmp_path, capsys):
+def test_add_keeps_a_faiss_type_forced_at_build(videos, tiny_checkpoint, tmp_path):
     first, more = videos
     index = tmp_path / "idx"
-    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
-    assert main([*build, "--faiss-factory", "HNSW16,Flat"]) == 0
-    assert main(["add", str(more), "--index", str(index), *COMMON[4:], "--faiss-exact-max", "1"]) == 0
-    assert "switched" not in capsys.readouterr().out
+    _build(first, index, tiny_checkpoint, faiss_factory="HNSW16,Flat")
+    added = add_to_index(more, index, BuildOptions(faiss_exact_max=1))
+    assert not added.stopped
+    assert "switched" not in added.summary()
     assert _factory(index) == "IDMap2,HNSW16,Flat"
 
 
-def test_compact_reclaims_removed_frames_and_keeps_answers(videos, tiny_checkpoint, tmp_path, capsys):
+def test_compact_reclaims_removed_frames_and_keeps_answers(videos, tiny_checkpoint, tmp_path):
     first, _ = videos
     index = tmp_path / "idx"
-    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
-    assert main([*build, "--batch-videos", "3"]) == 0  # one bank file for all three
-    assert main(["remove", "v1.mp4", "--index", str(index)]) == 0
+    _build(first, index, tiny_checkpoint, batch_videos=3)  # one bank file for all three
+    assert remove_from_index(index, ["v1.mp4"]).unknown == []
     (bank_file,) = (index / "bank").glob("bank-*.npy")
     rows_before = np.load(bank_file, mmap_mode="r").shape[0]
     (frames_file,) = (index / "frames").glob("frames-*.bin")  # the default build keeps a frame store
     frames_bytes_before = frames_file.stat().st_size
     before, pixels_before = _answers(index), _stored_pixels(index)
-    capsys.readouterr()
 
-    assert main(["compact", "--index", str(index)]) == 0
-    out = capsys.readouterr().out
+    out = compact_index(index).summary()
     assert "frame bank: 1 file(s) rewritten" in out and "frame store: 1 file(s) rewritten" in out
     (new_frames,) = (index / "frames").glob("frames-*.bin")
     assert new_frames.name != frames_file.name and new_frames.stat().st_size < frames_bytes_before
@@ -113,8 +114,8 @@ def test_compact_reclaims_removed_frames_and_keeps_answers(videos, tiny_checkpoi
     report = verify_index(index)
     assert report.ok and not report.warnings, (report.errors, report.warnings)
 
-    assert main(["compact", "--index", str(index)]) == 0  # nothing left to do: a no-op
-    assert "0 file(s) rewritten" in capsys.readouterr().out and _answers(index) == before
+    out = compact_index(index).summary()  # nothing left to do: a no-op
+    assert "0 file(s) rewritten" in out and _answers(index) == before
     assert _stored_pixels(index) == pixels_before
 
 
@@ -136,8 +137,8 @@ from indexer.store import db
 def crash(self, moves, state):
     os._exit(99)  # like kill -9: after the new bank file is written, before its commit point
 db.MetadataStore.move_banks = crash
-from qaslr.commands.indexer import main
-sys.exit(main(sys.argv[1:]))
+from indexer import compact_index
+compact_index(sys.argv[1])
 """
 
 
@@ -146,13 +147,12 @@ def test_compact_killed_mid_way_leaves_a_valid_index_and_finishes_when_run_again
 ):
     first, _ = videos
     index = tmp_path / "idx"
-    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
-    assert main([*build, "--batch-videos", "3"]) == 0
-    assert main(["remove", "v0.mp4", "--index", str(index)]) == 0
+    _build(first, index, tiny_checkpoint, batch_videos=3)
+    assert remove_from_index(index, ["v0.mp4"]).unknown == []
     before = _answers(index)
 
     proc = subprocess.run(
-        [sys.executable, "-c", CRASH_IN_COMPACT, "compact", "--index", str(index)],
+        [sys.executable, "-c", CRASH_IN_COMPACT, str(index)],
         env=dict(os.environ, OMP_NUM_THREADS="1"),
         capture_output=True,
         text=True,
@@ -162,16 +162,11 @@ def test_compact_killed_mid_way_leaves_a_valid_index_and_finishes_when_run_again
     assert len(list((index / "bank").glob("bank-*.npy"))) == 2  # the new file exists, uncommitted
     assert verify_index(index).ok and _answers(index) == before  # the old file still serves
 
-    assert main(["compact", "--index", str(index)]) == 0
+    compact_index(index)
     assert len(list((index / "bank").glob("bank-*.npy"))) == 1
     report = verify_index(index)
     assert report.ok and not report.warnings
     assert _answers(index) == before
-
-
-def test_compact_of_a_missing_index_is_a_usage_error(tmp_path, capsys):
-    assert main(["compact", "--index", str(tmp_path / "nope")]) == 2
-    assert "indexer: error" in capsys.readouterr().err
 
 
 def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoint, tmp_path):
@@ -183,8 +178,7 @@ def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoin
 
     first, more = videos
     index = tmp_path / "idx"
-    build = ["build", str(first), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]
-    assert main([*build, "--faiss-exact-max", "4"]) == 0
+    _build(first, index, tiny_checkpoint, faiss_exact_max=4)
     app = create_app(Settings(index=index, model=str(tiny_checkpoint), redis_url=None, default_frames=8))
     query = {"query": "moving blocks", "top_k": 10, "mode": "indexed"}
     with live_server(app) as client:
@@ -198,10 +192,9 @@ def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoin
         searcher = threading.Thread(target=keep_searching)
         searcher.start()
         try:
-            cmd = ["add", str(more), "--index", str(index), *COMMON[4:], "--faiss-exact-max", "4"]
-            code = "import sys; from qaslr.commands.indexer import main; sys.exit(main(sys.argv[1:]))"
+            cmd = ["add", str(more), str(index), '{"faiss_exact_max": 4}']
             proc = subprocess.run(
-                [sys.executable, "-c", code, *cmd], capture_output=True, text=True, timeout=300,
+                [sys.executable, str(FACADE_CHILD), *cmd], capture_output=True, text=True, timeout=300,
                 env=dict(os.environ, OMP_NUM_THREADS="1"),
             )  # fmt: skip
             assert proc.returncode == 0, proc.stderr[-2000:]
@@ -214,3 +207,11 @@ def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoin
         assert seen_during > 0 and set(statuses) == {200}
         assert after.status_code == 200 and len(after.json()["results"]) == 5
         assert client.get("/readyz").json()["faiss"]["factory"] == ANN
+
+
+# -- the `indexer` command itself: messages and exit statuses -------------------------------------
+
+
+def test_compact_of_a_missing_index_is_a_usage_error(tmp_path, capsys):
+    assert main(["compact", "--index", str(tmp_path / "nope")]) == 2
+    assert "indexer: error" in capsys.readouterr().err

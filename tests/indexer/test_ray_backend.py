@@ -13,6 +13,7 @@ Ray is an optional extra: without it the test skips, unless ``QASLR_REQUIRE_RAY=
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from indexer import BuildOptions, build_index
 from indexer.maintenance import verify_index
 from indexer.store import IndexReader
 from qaslr.commands.indexer import main
@@ -32,6 +34,7 @@ from tests.indexer.test_build import BAD, GOOD, _snapshot, write_corpus
 
 REQUIRED = os.environ.get("QASLR_REQUIRE_RAY") == "1"
 ARGS = ["--frames", "8", "--clip-len", "4", "--batch-videos", "1", "--no-progress"]
+FACADE_CHILD = Path(__file__).with_name("facade_child.py")
 ACTOR = "EmbedBatches"  # the embedding actor's class: Ray names its worker process after it
 
 
@@ -69,7 +72,8 @@ def _actor_pids() -> set[int]:
 
 def _cluster_script(ray: Path, port: int, temp: str, builds: list[list[str]]) -> str:
     """bash: start a head and a second node (each with --block, so stopping them by pid stops what
-    they started), wait for both, run each build, stop both nodes; exit with the first build's status."""
+    they started), wait for both, run each build (tests/indexer/facade_child.py arguments), stop both
+    nodes; exit with the first build's status."""
     q = lambda args: " ".join(f"'{a}'" for a in args)  # noqa: E731 - test paths have no quotes
     py = sys.executable
     wait_nodes = (
@@ -89,7 +93,7 @@ def _cluster_script(ray: Path, port: int, temp: str, builds: list[list[str]]) ->
         f'{py} -c "{wait_nodes}" || exit 90',
     ]
     for i, cmd in enumerate(builds):
-        lines.append(f"{py} -m qaslr.commands.indexer {q(cmd)}; rc{i}=$?")
+        lines.append(f"{py} '{FACADE_CHILD}' {q(cmd)}; rc{i}=$?")
     lines.append("exit $rc0")
     return "\n".join(lines)
 
@@ -109,13 +113,14 @@ def test_ray_cluster_build_equals_local_and_survives_a_killed_worker(
 ):
     corpus = write_corpus(tmp_path_factory.mktemp("ray_corpus"), video_factory)
     local, distributed = tmp_path / "local", tmp_path / "ray"
-    base = ["build", str(corpus), "--model", str(tiny_checkpoint), *ARGS]
-    assert main([*base[:2], "--index", str(local), *base[2:], "--log-level", "WARNING"]) == 0
+    options = BuildOptions(model=str(tiny_checkpoint), frames=8, clip_len=4, batch_videos=1)
+    assert not build_index(corpus, local, options).stopped
 
     temp = tempfile.mkdtemp(prefix="qray")  # short: Ray's socket paths must fit in 107 bytes
     port = 20000 + os.getpid() % 20000
-    build = [*base[:2], "--index", str(distributed), *base[2:], "--backend", "ray"]
-    build += ["--address", f"127.0.0.1:{port}"]
+    ray_options = {"model": str(tiny_checkpoint), "frames": 8, "clip_len": 4, "batch_videos": 1}
+    ray_options.update(backend="ray", ray_address=f"127.0.0.1:{port}")
+    build = ["build", str(corpus), str(distributed), json.dumps(ray_options)]
     script = _cluster_script(ray_bin, port, temp, [build, build])  # the second run must skip everything
     log = tmp_path / "cluster.log"
     try:
@@ -172,37 +177,12 @@ def test_ray_cluster_build_equals_local_and_survives_a_killed_worker(
     )
 
 
-def test_ray_backend_without_ray_is_a_usage_error(
-    tmp_path, tiny_checkpoint, sample_videos, capsys, monkeypatch
-):
-    """Where Ray is missing, --backend ray says how to install it, exits 2 and writes no video."""
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_ray(name, *args, **kwargs):
-        if name == "ray" or name.startswith("ray."):
-            raise ImportError("No module named 'ray'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
-    index = tmp_path / "idx"
-    code = main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *ARGS,
-                 "--backend", "ray", "--log-level", "WARNING"])  # fmt: skip
-    assert code == 2
-    err = capsys.readouterr().err
-    assert "pip install" in err and "[ray]" in err
-    with IndexReader(index) as r:
-        assert len(r) == 0
-
-
 def test_local_build_never_imports_ray(tmp_path, tiny_checkpoint, sample_videos):
     code = (
         "import sys\n"
-        "from qaslr.commands.indexer import main\n"
-        f"assert main(['build', {str(sample_videos)!r}, '--index', {str(tmp_path / 'idx')!r}, "
-        f"'--model', {str(tiny_checkpoint)!r}, '--frames', '8', '--clip-len', '4', '--no-progress', "
-        "'--log-level', 'WARNING']) == 0\n"
+        "from indexer import BuildOptions, build_index\n"
+        f"options = BuildOptions(model={str(tiny_checkpoint)!r}, frames=8, clip_len=4)\n"
+        f"assert not build_index({str(sample_videos)!r}, {str(tmp_path / 'idx')!r}, options).stopped\n"
         "assert 'ray' not in sys.modules, 'a local build imported ray'\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -225,6 +205,33 @@ def test_batches_reach_the_writer_once_each_in_plan_order():
     assert [r.frames for r in in_plan_order(arrived, 5)] == [0, 1, 2, 3, 4]
     with pytest.raises(RuntimeError, match="batch 1 of 3 missing"):
         list(in_plan_order([row(0), row(2)], 3))
+
+
+# -- the `indexer` command itself: --backend ray flags, messages and exit statuses -----------------
+
+
+def test_ray_backend_without_ray_is_a_usage_error(
+    tmp_path, tiny_checkpoint, sample_videos, capsys, monkeypatch
+):
+    """Where Ray is missing, --backend ray says how to install it, exits 2 and writes no video."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    index = tmp_path / "idx"
+    code = main(["build", str(sample_videos), "--index", str(index), "--model", str(tiny_checkpoint), *ARGS,
+                 "--backend", "ray", "--log-level", "WARNING"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "pip install" in err and "[ray]" in err
+    with IndexReader(index) as r:
+        assert len(r) == 0
 
 
 @pytest.mark.parametrize(

@@ -184,11 +184,13 @@ def test_resume_requires_same_settings(tmp_path):
 
 
 def test_check_compatible(built):
+    from indexer.assembly import check_compatible
+
     directory, _ = built
     with IndexReader(directory) as r:
-        r.check_compatible(backbone_fingerprint="bb01", head_fingerprint="oneshot")
+        check_compatible(r.manifest, backbone_fingerprint="bb01", head_fingerprint="oneshot")
         with pytest.raises(IndexMismatchError) as exc:
-            r.check_compatible(backbone_fingerprint="bb02", head_fingerprint="abcd")
+            check_compatible(r.manifest, backbone_fingerprint="bb02", head_fingerprint="abcd")
         msg = str(exc.value)
         assert "bb01" in msg and "bb02" in msg and "oneshot" in msg and "abcd" in msg
 

@@ -1,5 +1,6 @@
-"""Service fixtures: a small corpus with metadata, indexes built by the real `indexer build`
-(streaming and one-shot), and a real uvicorn server on a free loopback port."""
+"""Service fixtures: a small corpus with metadata, indexes built by the real indexer (the library
+facade, in a process of its own; streaming and one-shot), and a real uvicorn server on a free
+loopback port."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import pytest
 from tests.helpers import free_port
 
 NUM_VIDEOS = 8
-# these indexes keep no frame store, so stage 2 decodes from the source (the cache and decode paths);
-# tests/service/test_frame_store.py builds indexes with one
-BUILD_FLAGS = ["-K", "16", "-L", "4", "--bank-per-second", "4", "--no-progress", "--workers", "1"]
-BUILD_FLAGS += ["--frame-store", "none"]
+# indexer.BuildOptions fields; these indexes keep no frame store, so stage 2 decodes from the source
+# (the cache and decode paths); tests/service/test_frame_store.py builds indexes with one
+BUILD_OPTIONS = {"frames": 16, "clip_len": 4, "bank_per_second": 4, "workers": 1, "frame_store": "none"}
+FACADE_CHILD = Path(__file__).resolve().parents[1] / "indexer" / "facade_child.py"
 
 
 @pytest.fixture(scope="session")
@@ -38,21 +39,12 @@ def service_corpus(tmp_path_factory, video_factory) -> Path:
     return manifest
 
 
-def _build(source: Path, index: Path, model: Path, head: Path | None, *, flags=BUILD_FLAGS) -> Path:
-    cmd = [
-        sys.executable,
-        "-m",
-        "qaslr.commands.indexer",
-        "build",
-        str(source),
-        "--index",
-        str(index),
-        "--model",
-        str(model),
-    ]
-    if head is not None:
-        cmd += ["--head", str(head)]
-    done = subprocess.run(cmd + list(flags), capture_output=True, text=True, timeout=300)
+def _build(source: Path, index: Path, model: Path, head: Path | None, *, options=BUILD_OPTIONS) -> Path:
+    """Build through :func:`indexer.build_index` in a child process (the build seeds torch and loads
+    its own model; the test process keeps its state)."""
+    options = {**options, "model": str(model), "head_dir": None if head is None else str(head)}
+    cmd = [sys.executable, str(FACADE_CHILD), "build", str(source), str(index), json.dumps(options)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return index
 

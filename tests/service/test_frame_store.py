@@ -12,14 +12,14 @@ import uuid
 
 import pytest
 
-from tests.service.conftest import BUILD_FLAGS, _build, live_server
+from tests.service.conftest import BUILD_OPTIONS, _build, live_server
 
 QUERY = "a red block slides across the sea"
 # JPEG quality 95, 4:4:4: the largest |s_ij(store) - s_ij(decoded)| allowed on the tiny random
 # backbone (benchmarks/bench_cold_rerank.py measures it on 720p H.264 and the tiny-world backbone)
 JPEG_SCORE_TOLERANCE = 0.01
 SEARCH = {"query": QUERY, "top_k": 8, "shortlist": 8, "frames": 6, "seed": 3}
-STORE_FLAGS = [f for f in BUILD_FLAGS if f not in ("--frame-store", "none")]
+STORE_OPTIONS = {k: v for k, v in BUILD_OPTIONS.items() if k != "frame_store"}
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +42,9 @@ def indexes(tmp_path_factory, corpus, tiny_checkpoint, tiny_head):
     """The same corpus, model and head, built with the default store (JPEG), LZ4 and none."""
     root = tmp_path_factory.mktemp("store_idx")
     return {
-        "jpeg": _build(corpus, root / "jpeg", tiny_checkpoint, tiny_head, flags=STORE_FLAGS),
+        "jpeg": _build(corpus, root / "jpeg", tiny_checkpoint, tiny_head, options=STORE_OPTIONS),
         "lz4": _build(
-            corpus, root / "lz4", tiny_checkpoint, tiny_head, flags=[*STORE_FLAGS, "--frame-store", "lz4"]
+            corpus, root / "lz4", tiny_checkpoint, tiny_head, options={**STORE_OPTIONS, "frame_store": "lz4"}
         ),
         "none": _build(corpus, root / "none", tiny_checkpoint, tiny_head),
     }
@@ -126,8 +126,8 @@ def test_another_working_size_decodes_from_the_source(make_settings, indexes):
     assert cold["cache"]["store_frames"] == 0 and cold["cache"]["decoded_frames"] == 8 * SEARCH["frames"]
 
 
-def test_a_damaged_store_falls_back_to_decoding_and_says_so(make_settings, indexes, tmp_path, capsys):
-    from qaslr.commands.indexer import main
+def test_a_damaged_store_falls_back_to_decoding_and_says_so(make_settings, indexes, tmp_path):
+    from indexer import verify_index
 
     damaged = tmp_path / "damaged"
     shutil.copytree(indexes["lz4"], damaged)
@@ -137,8 +137,9 @@ def test_a_damaged_store_falls_back_to_decoding_and_says_so(make_settings, index
     files[0].write_bytes(bytes(data))
     for f in files[1:]:
         f.unlink()  # and whole files missing
-    assert main(["verify", "--index", str(damaged)]) == 1
-    out = capsys.readouterr().out
+    report = verify_index(damaged)
+    assert not report.ok
+    out = "\n".join(report.errors)
     assert "stored frames are damaged" in out and "missing or corrupt" in out
 
     reference, _, _ = _search(make_settings, indexes["none"])
