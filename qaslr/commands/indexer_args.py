@@ -142,7 +142,7 @@ def _model_args(p: argparse.ArgumentParser, *, build: bool) -> None:
             default=None,
             metavar="STRING",
             help="FAISS index_factory string, e.g. Flat, HNSW32,Flat, IVF1024,Flat (wrapped in IDMap2; inner "
-            "product). Default: exact Flat up to 50k videos, HNSW32 beyond",
+            "product). Default: exact Flat up to 50k videos, IVF (4·sqrt(N) lists, nprobe 32, retrained as the index doubles) beyond",
         )
 
 
@@ -225,7 +225,7 @@ def _exact_max_arg(g) -> None:
         type=int,
         default=FAISS_EXACT_MAX_VECTORS,
         metavar="N",
-        help=f"exact (Flat) FAISS search up to N videos, HNSW beyond (default {FAISS_EXACT_MAX_VECTORS}, chosen by "
+        help=f"exact (Flat) FAISS search up to N videos, IVF beyond (default {FAISS_EXACT_MAX_VECTORS}, chosen by "
         "benchmarks/bench_faiss_types.py). build chooses by the source's size; add and compact switch an index "
         "whose type was chosen this way when its corpus crosses N (a type forced with --faiss-factory stays)",
     )
