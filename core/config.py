@@ -126,6 +126,15 @@ DEFAULT_HEAVY = 3
 DEFAULT_REFINE_MOMENTS = 3
 
 
+# A relevance a user can read (engine.relevance): the best frame's cosine with the query less
+# RELEVANCE_NULL_WEIGHT times the query's median cosine over NULL_SAMPLE_FRAMES frames drawn from the
+# whole collection; results below MIN_RELEVANCE are "no good match" (the page says so). Chosen by
+# benchmarks/bench_quality.py's no-match measurement (docs/results.md).
+NULL_SAMPLE_FRAMES = 2048
+RELEVANCE_NULL_WEIGHT = 0.5
+MIN_RELEVANCE = 0.82
+
+
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------
 MAX_QUERY_CHARS = 1000
 # A query must hold a character other than these (ASCII white space), and is trimmed of them; the

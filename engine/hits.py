@@ -33,6 +33,8 @@ class Hit:
     timeline: object = None  # engine.moments.Timeline: relevance over time (set for returned hits)
     tier: str | None = None  # the stage-2 tier whose score ranks this hit (None: stage 1)
     moment_run: object = None  # engine.moments.RelevanceRun behind ``moment`` (for refinement)
+    peak: float | None = None  # max_c q·f_c over the video's frame bank
+    relevance: float | None = None  # engine.relevance: this video holds what the query describes (0..1)
     frame_score: float | None = None  # the frame tier's score (engine.tiers.frame), when it ran
 
 

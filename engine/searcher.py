@@ -53,6 +53,7 @@ from engine.moments import (
     run_span,
 )
 from engine.refine import MomentRefiner
+from engine.relevance import NullSample, relevance
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
 from models.streaming import VideoEncoder
@@ -176,9 +177,10 @@ class ClipHit:
     """One moment of a candidate (group_by "clip")."""
 
     hit: Hit  # its video's result
-    score: float  # mean frame relevance q·f_c over the moment's frame-bank frames
+    score: float  # the frame tier's score over the moment's frames (engine.tiers.frame)
     moment: tuple[float, float]
     evidence: list[EvidenceItem]
+    relevance: float | None = None  # engine.relevance of the moment's best frame
 
 
 class _Clock:
@@ -256,6 +258,7 @@ class Searcher:
             encode_chunk=config.encode_chunk,
         )
         self.frame_tier = FrameTier(index, aggregate=config.frame_aggregate)
+        self.null_sample: NullSample | None = None
         backbone = getattr(encoder, "backbone", None)
         self.refiner = (
             MomentRefiner(backbone, self.frames)
@@ -440,10 +443,14 @@ class Searcher:
         if p.group_by == "clip":
             with clock.stage("moment"):
                 result.clips = [
-                    c for c in self._clips(p, q_np[0], hits) if p.min_score is None or c.score >= p.min_score
+                    c
+                    for c in self._clips(p, q_np[0], hits)
+                    if p.min_score is None or c.relevance >= p.min_score
                 ][: p.top_k]
-        if p.min_score is not None:
-            hits = [h for h in hits if h.score >= p.min_score]
+        with clock.stage("frame"):
+            self._relevance(q_np[0], hits)
+        if p.min_score is not None:  # on the relevance a user can read (engine.relevance), in every mode
+            hits = [h for h in hits if h.relevance is not None and h.relevance >= p.min_score]
         result.hits = hits[: p.top_k]
         if p.include_evidence:
             with clock.stage("moment"):
@@ -508,22 +515,44 @@ class Searcher:
         scores a video but over the run's frames only, best first across the candidates: a video's
         best moment carries its frame score, so the clip ranking and the video ranking agree."""
         clips = []
+        null = self._null(q_vec)
         for hit in hits:
             bank = self.index.frame_bank(hit.video_id)
-            relevance = relevance_scores(bank.embeddings, q_vec)
+            relevance_values = relevance_scores(bank.embeddings, q_vec)
             fps = float(hit.record.fps) if hit.record is not None else 1.0
-            for run in relevance_runs(relevance, limit=MAX_CLIPS_PER_VIDEO):
+            for run in relevance_runs(relevance_values, limit=MAX_CLIPS_PER_VIDEO):
                 rows = np.arange(run.first, run.last + 1)
-                score = frame_score(relevance, self.frame_tier.aggregate, rows=rows)
+                score = frame_score(relevance_values, self.frame_tier.aggregate, rows=rows)
                 evidence = [  # a clip's moment is the result itself; its frames are evidence
-                    EvidenceItem(int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance[i]))
+                    EvidenceItem(
+                        int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance_values[i])
+                    )
                     for i in rows
                     if p.include_evidence
                 ]
                 span = run_span(run, bank.timestamps, 1.0 / fps, duration_of(hit.record))
-                clips.append(ClipHit(hit=hit, score=score, moment=span, evidence=evidence))
+                clip_relevance = relevance(float(relevance_values[run.peak]), null)
+                clips.append(
+                    ClipHit(hit=hit, score=score, moment=span, evidence=evidence, relevance=clip_relevance)
+                )
         clips.sort(key=lambda c: (-c.score, c.hit.stage1_rank, c.moment[0]))
         return clips
+
+    def _null(self, q_vec: np.ndarray) -> float:
+        if self.null_sample is None:  # drawn once per index, on first use
+            self.null_sample = NullSample(self.index)
+        return self.null_sample.median(q_vec)
+
+    def _relevance(self, q_vec: np.ndarray, hits: list[Hit]) -> None:
+        """Each hit's relevance (engine.relevance): its bank's peak against the collection's null."""
+        if not hits:
+            return
+        null = self._null(q_vec)
+        for hit in hits:
+            if hit.peak is None:
+                rel = relevance_scores(self.index.frame_bank(hit.video_id).embeddings, q_vec)
+                hit.peak = float(rel.max()) if rel.size else None
+            hit.relevance = None if hit.peak is None else relevance(hit.peak, null)
 
     def _bank_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:
         """Evidence of a hit no heavy tier re-encoded: the top-K' frames of its bank by relevance,

@@ -58,6 +58,7 @@ def to_result(hit, clip=None) -> SearchResult:
         video_score=hit.score if clip is not None else None,
         timeline=timeline,
         tier=hit.tier,
+        relevance=clip.relevance if clip is not None else hit.relevance,
     )
 
 

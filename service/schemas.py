@@ -37,6 +37,7 @@ from core.config import (
     MAX_SEED,
     MAX_SHORTLIST,
     MAX_TOP_K,
+    MIN_RELEVANCE,
     QUERY_BLANKS,
     QUERY_PATTERN,
     SearchMode,
@@ -213,8 +214,9 @@ class SearchRequest(BaseModel):
     seed: Seed | None = Field(None, description="seed of the query-aware frame sampling (default: server's)")
     min_score: MinScore | None = Field(
         None,
-        description="leave out results whose `score` is below this (a confidence cut-off; with "
-        "group_by=clip, the clip's score)",
+        description="leave out results whose `relevance` is below this (with group_by=clip, the moment's): "
+        f"a cut-off that means the same for every query and mode; {MIN_RELEVANCE} separates a match from "
+        '"nothing like it" in the shapes-world measurement',
     )
     group_by: Literal["video", "clip"] = Field(
         "video",
@@ -314,6 +316,12 @@ class SearchResult(BaseModel):
     tier: str | None = Field(
         None,
         description="the tier whose score ranks this result: `frame`, `oneshot` or `head`; null: stage 1",
+    )
+    relevance: float | None = Field(
+        None,
+        description="whether the video holds what the query describes, 0..1, comparable across results and "
+        f"queries: its best frame's cosine with the query against the query's score on typical frames of "
+        f'this collection; below {MIN_RELEVANCE} the page says "no good match" (`min_score` filters on it)',
     )
 
 

@@ -63,6 +63,7 @@ class FrameTier(Tier):
             for hit, rel in zip(hits, relevance, strict=True):
                 hit.score = frame_score(rel, self.aggregate)
                 hit.frame_score = hit.score
+                hit.peak = float(rel.max()) if rel.size else None
                 hit.reranked = True
                 hit.tier = self.name
         ranked = ordered(hits)

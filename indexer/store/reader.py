@@ -161,6 +161,10 @@ class IndexReader:
     def videos(self, *, status: str | None = STATUS_INDEXED) -> list[VideoRecord]:
         return [r for r in self._records.values() if status is None or r.status == status]
 
+    def bank_ids(self) -> list[str]:
+        """The ids of the videos that have a frame bank (every indexed video)."""
+        return list(self._banks)
+
     def metadata_keys(self, *, builtin: bool = False) -> list[str]:
         """The metadata keys the index's indexed videos carry, sorted (what a filter can name besides
         the built-in fields); with ``builtin``, :data:`BUILTIN_FILTER_FIELDS` too. Computed from the

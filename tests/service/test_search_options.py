@@ -32,13 +32,14 @@ def _error(r, status, field=None):
     return err
 
 
-def test_min_score_cuts_off_low_results(server):
+def test_min_score_cuts_off_results_below_a_relevance(server):
     every = server.post("/search", json={"query": QUERY, "mode": "indexed", "top_k": 8}).json()["results"]
-    cut = sorted(r["score"] for r in every)[len(every) // 2]
+    assert all(0 <= r["relevance"] <= 1 for r in every)
+    cut = sorted(r["relevance"] for r in every)[len(every) // 2]
     kept = server.post(
         "/search", json={"query": QUERY, "mode": "indexed", "top_k": 8, "min_score": cut}
     ).json()["results"]
-    assert [r["video_id"] for r in kept] == [r["video_id"] for r in every if r["score"] >= cut]
+    assert [r["video_id"] for r in kept] == [r["video_id"] for r in every if r["relevance"] >= cut]
     assert server.post("/search", json={"query": QUERY, "min_score": 1.0}).json()["results"] == []
     for bad in (1.5, -2, "0.5", True):
         _error(server.post("/search", json={"query": QUERY, "min_score": bad}), 422, "min_score")
