@@ -1,0 +1,279 @@
+"""Write docs/results.md, and the README's short results table, from the benchmarks' JSON files.
+
+    .venv/bin/python scripts/results.py            # regenerate both
+    .venv/bin/python scripts/results.py --check    # exit 1 if either is out of date
+
+Nothing here is typed by hand: every number comes from a JSON file under docs/bench/, written by the
+benchmark command that the page names beside each table:
+
+    docs/bench/quality.json         benchmarks/bench_quality.py --json ...   (shapes world, 3 seeds)
+    docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
+    docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
+    docs/bench/first_query.json     benchmarks/bench_first_query.py --json ... (a fresh server's first query)
+
+A missing file leaves its section out. Re-run a benchmark with ``--json docs/bench/NAME.json``, then
+this script, and commit both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "docs" / "bench"
+RESULTS = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+START, END = "<!-- results:start (scripts/results.py) -->", "<!-- results:end -->"
+
+# bench_quality columns shown in docs/results.md: (key, label, percent)
+QUALITY_COLUMNS = (
+    ("hit@1", "Hit@1 %", True),
+    ("hit@5", "Hit@5 %", True),
+    ("r1@0.5", "R1@0.5 %", True),
+    ("r1@0.7", "R1@0.7 %", True),
+    ("miou", "mIoU", False),
+    ("moment_len_s", "moment s", False),
+    ("order", "order %", True),
+    ("stage2_ms", "stage-2 ms", False),
+    ("latency_ms", "p50 ms", False),
+)
+README_COLUMNS = (
+    ("hit@1", "Hit@1 %", True),
+    ("r1@0.7", "moment R1@0.7 %", True),
+    ("latency_ms", "p50 ms", False),
+)
+
+
+def _load(name: str) -> dict | None:
+    path = BENCH / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _mean_std(values: list[float], pct: bool) -> str:
+    vals = [v for v in values if isinstance(v, int | float) and v == v]  # NaN-free
+    if not vals:
+        return "–"
+    scale = 100.0 if pct else 1.0
+    mean = statistics.fmean(vals) * scale
+    std = (statistics.pstdev(vals) * scale) if len(vals) > 1 else 0.0
+    if pct:
+        return f"{mean:.1f} ± {std:.1f}"
+    if mean >= 100:
+        return f"{mean:.0f} ± {std:.0f}"
+    if mean >= 1:
+        return f"{mean:.1f} ± {std:.1f}"
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def _modes(per_seed: dict) -> list[str]:
+    first = next(iter(per_seed.values()))
+    return list(first)
+
+
+def _quality_table(data: dict, columns) -> list[str]:
+    per_seed = data["per_seed"]
+    seeds = list(per_seed)
+    lines = [
+        "| mode | " + " | ".join(label for _, label, _ in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for mode in _modes(per_seed):
+        cells = [
+            _mean_std([per_seed[s][mode].get(key, float("nan")) for s in seeds], pct)
+            for key, _, pct in columns
+        ]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _command(data: dict, script: str) -> str:
+    args = data.get("args", {})
+    parts = [f"OMP_NUM_THREADS=1 .venv/bin/python {script}"]
+    if "seeds" in args:
+        parts.append("--seeds " + " ".join(str(s) for s in args["seeds"]))
+    return " ".join(parts)
+
+
+def _environment(data: dict) -> str:
+    env = data.get("environment") or data.get("meta") or {}
+    keys = ("commit", "python", "torch", "transformers", "faiss", "threads", "nproc", "cpu_count")
+    found = []
+    for key in keys:
+        value = env.get(key)
+        if value is None and isinstance(env.get("packages"), dict):
+            value = env["packages"].get(key)
+        if value is not None:
+            found.append(f"{key} {value}")
+    return ", ".join(found)
+
+
+def quality_section(data: dict) -> list[str]:
+    args = data.get("args", {})
+    seeds = list(data["per_seed"])
+    out = [
+        "## Retrieval quality in the shapes world",
+        "",
+        f"`{_command(data, 'benchmarks/bench_quality.py')}` — {args.get('videos', 32)} videos of "
+        f"{float(args.get('min_s', 120)):.0f}-{float(args.get('max_s', 300)):.0f} s per seed, one 2-3 s event each "
+        f"(every event distinct; chance Hit@1 {100 / int(args.get('videos', 32)):.1f} %), R = {args.get('shortlist', 10)}, "
+        f"K' = {args.get('frames', 32)}, seeds {', '.join(seeds)}; mean ± std over the seeds; "
+        f"{float(data.get('minutes', 0)):.0f} min on 2 cores.",
+        "",
+        "Moments: R1@0.5 / R1@0.7 are the share of queries whose top-1 is right and whose moment has temporal "
+        "IoU >= 0.5 / 0.7 with the event (a wrong top-1 is a miss); mIoU likewise; *moment s* is the median "
+        "length over correct top-1 hits (the events last 2-3 s). *stage-2 ms* is the median cost per query of "
+        "everything after stage 1 (the tiers, the moments and their refinement).",
+        "",
+        *_quality_table(data, QUALITY_COLUMNS),
+        "",
+    ]
+    per_seed = data["per_seed"]
+    frame_rows = [m for s in seeds for m, row in per_seed[s].items() if "absent_below" in row]
+    if frame_rows:
+        mode = frame_rows[0]
+        rows = [per_seed[s][mode] for s in seeds]
+        out += [
+            "### Does `min_score` separate a match from nothing like it?",
+            "",
+            "With `min_score` at the documented MIN_RELEVANCE: the share of correct top-1 hits kept, of queries "
+            "whose event is absent from what is searched (each single-event query with its own video filtered "
+            'out) and of out-of-world queries ("a dog catches a frisbee on the beach", ...) whose top-1 falls '
+            "below it.",
+            "",
+            "| correct top-1 kept | absent event cut | out-of-world cut |",
+            "|---|---|---|",
+            "| "
+            + " | ".join(
+                _mean_std([r.get(k, float("nan")) for r in rows], True)
+                for k in ("match_above", "absent_below", "out_below")
+            )
+            + " |",
+            "",
+        ]
+    env = _environment(data)
+    if env:
+        out += [f"Environment: {env}.", ""]
+    return out
+
+
+def faiss_section(data: dict) -> list[str]:
+    meta = data.get("meta", {})
+    out = [
+        "## Stage 1 at a million videos",
+        "",
+        f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_faiss_types.py` — {meta.get('queries', '?')} single "
+        f"queries, recall@{meta.get('R', 10)} against exact search, {meta.get('data', '')}; "
+        f"{meta.get('nproc', '?')} cores (load average {meta.get('load_before', ['?'])[0]} before the run).",
+        "",
+        "| d | index | search | p50 ms | p95 ms | CPU p50 ms | recall@10 | automatic |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in data.get("rows", []):
+        out.append(
+            f"| {row['dim']} | {row['index']} | {row.get('search') or '–'} | {row['p50_ms']:.2f} | "
+            f"{row['p95_ms']:.2f} | {row.get('cpu_p50_ms', float('nan')):.2f} | {100 * row['recall']:.1f} % | "
+            f"{'yes' if row.get('automatic') else ''} |"
+        )
+    return [*out, ""]
+
+
+def generic_section(title: str, script: str, data: dict) -> list[str]:
+    rows = data.get("rows") or []
+    out = [f"## {title}", "", f"`.venv/bin/python {script}`", ""]
+    if rows:
+        keys = [k for k in rows[0] if not isinstance(rows[0][k], dict | list)]
+        out += ["| " + " | ".join(keys) + " |", "|---|" + "---|" * (len(keys) - 1)]
+        for row in rows:
+            out.append("| " + " | ".join(_cell(row.get(k)) for k in keys) + " |")
+    env = _environment(data)
+    return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return "–" if value is None else str(value)
+
+
+def results_page() -> str:
+    out = [
+        "# Measured results",
+        "",
+        "Generated by `scripts/results.py` from the benchmarks' JSON under `docs/bench/`; do not edit by hand.",
+        "Each table names the command that produced it. Quality is measured in the shapes world",
+        "(`docs/shapes-world.md`), where the shipped tiny-world backbone sees: on real video these numbers",
+        "need the real weights.",
+        "",
+    ]
+    quality = _load("quality.json")
+    if quality:
+        out += quality_section(quality)
+    for name, title, script in (
+        ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
+        ("load.json", "Many users at once", "benchmarks/bench_load.py"),
+    ):
+        data = _load(name)
+        if data:
+            out += generic_section(title, script, data)
+    faiss = _load("faiss_types_1m.json")
+    if faiss:
+        out += faiss_section(faiss)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def readme_block() -> str:
+    quality = _load("quality.json")
+    if not quality:
+        return (
+            f"{START}\n(no measurement yet: run benchmarks/bench_quality.py, then scripts/results.py)\n{END}"
+        )
+    lines = _quality_table(quality, README_COLUMNS)
+    seeds = ", ".join(quality["per_seed"])
+    return "\n".join(
+        [
+            START,
+            f"Shapes world, 32 videos of 2-5 min with one 2-3 s event each, seeds {seeds} (from "
+            "[docs/results.md](docs/results.md), which has every column and the command):",
+            "",
+            *lines,
+            END,
+        ]
+    )
+
+
+def updated_readme(text: str) -> str:
+    if START not in text or END not in text:
+        return text
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return head + readme_block() + tail
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/results.md or the README is out of date"
+    )
+    args = p.parse_args(argv)
+    page = results_page()
+    readme = README.read_text()
+    new_readme = updated_readme(readme)
+    if args.check:
+        stale = [str(p.relative_to(ROOT)) for p, new in ((RESULTS, page), (README, new_readme))
+                 if not p.exists() or p.read_text() != new]  # fmt: skip
+        if stale:
+            print("out of date: " + ", ".join(stale) + " (run scripts/results.py)", file=sys.stderr)
+            return 1
+        return 0
+    RESULTS.write_text(page)
+    README.write_text(new_readme)
+    print(f"wrote {RESULTS.relative_to(ROOT)} and the README's results block")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
