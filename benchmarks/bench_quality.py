@@ -76,6 +76,9 @@ METRICS = (
     ("agreement", "top-1 = full %", True),
     ("latency_ms", "p50 ms", False),
     ("stage2_ms", "stage-2 p50 ms", False),
+    ("match_above", "matches >= min_score %", True),
+    ("absent_below", "absent < min_score %", True),
+    ("out_below", "out-of-world < min_score %", True),
 )
 
 # the searcher's timed stages, in the order a query passes them ("head" is the part of "encode"
@@ -186,6 +189,44 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
     return out, seen
 
 
+# queries whose words lie outside the shapes world (nothing in any corpus matches them)
+OUT_OF_WORLD = (
+    "a dog catches a frisbee on the beach", "a man reads a newspaper", "the eiffel tower at night",
+    "a cat sleeps on a sofa", "people dancing at a wedding", "a car drives through the rain",
+    "a chef chops onions", "fireworks over the city", "a child rides a bicycle", "snow falls on a forest",
+)  # fmt: skip
+
+
+def no_match(engine, corpus, args) -> dict:
+    """Does ``min_score`` = MIN_RELEVANCE separate a match from nothing like it? The share of correct
+    top-1 hits at or above it, and of no-match queries whose top-1 falls below it: each single-event
+    query searched with its own video filtered out (the event is absent from what is searched), and
+    the out-of-world queries."""
+    from core.config import MIN_RELEVANCE
+
+    titles = {v.id: v.events[0][0] for v in corpus.videos}
+    base = {"mode": "frames", "top_k": 1, "shortlist": args.shortlist, "include_evidence": False}
+    hits, absent, out = [], [], []
+    for query, right in corpus.queries("single"):
+        top = engine.searcher.search({**base, "query": query}).hits[0]
+        if top.video_id == right:
+            hits.append(top.relevance)
+        others = [t for vid, t in titles.items() if vid != right]
+        absent.append(
+            engine.searcher.search({**base, "query": query, "filter": {"title": {"in": others}}})
+            .hits[0]
+            .relevance
+        )
+    for query in OUT_OF_WORLD:
+        out.append(engine.searcher.search({**base, "query": query}).hits[0].relevance)
+    return {
+        "match_above": float(np.mean(np.array(hits) >= MIN_RELEVANCE)) if hits else float("nan"),
+        "absent_below": float(np.mean(np.array(absent) < MIN_RELEVANCE)),
+        "out_below": float(np.mean(np.array(out) < MIN_RELEVANCE)),
+        "relevance": {"match": hits, "absent": absent, "out_of_world": out},
+    }
+
+
 def order_accuracy(engine, corpus, mode: Mode, args) -> float:
     """Share of ordered queries whose right video ranks above its mirror."""
     truth = corpus.by_id()
@@ -292,6 +333,8 @@ def one_seed(seed: int, args, model: Path) -> dict:
                 row = results.setdefault(mode.name, {})
                 if name == "single":
                     metrics, seen = run_queries(engine, single.queries("single"), single.by_id(), mode, args)
+                    if mode.search == "frames":  # relevance does not depend on the mode: measured once
+                        metrics.update(no_match(engine, single, args))
                     row.update(metrics)
                     tops[mode.name] = seen
                 else:
