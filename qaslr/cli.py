@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "qaslr.commands.serve",
         "run the search API (POST /search, /videos, /healthz, /readyz, /metrics)",
     ),
+    "search": ("qaslr.commands.search", "search an index from the command line (no server needed)"),
     "demo": ("qaslr.commands.demo", "the main job: sample videos, index them and serve search"),
     "make-synthetic": (
         "qaslr.commands.make_synthetic",
