@@ -122,6 +122,9 @@ FRAME_AGGREGATE = FrameAggregate.MAX
 # The cascade's heavy tier re-encodes the frame tier's top this many candidates (a request may ask
 # for 0..R with `heavy`); chosen by benchmarks/bench_quality.py (docs/results.md).
 DEFAULT_HEAVY = 3
+# ... and only when the frame tier's first two scores lie within this (its answer is too close to call;
+# mirror pairs, whose frames are the same, always are). 2 = always.
+DEFAULT_HEAVY_MARGIN = 0.05
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 DEFAULT_REFINE_MOMENTS = 3
 

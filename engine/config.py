@@ -14,6 +14,7 @@ from pathlib import Path
 from core.config import (
     DEFAULT_FRAMES,
     DEFAULT_HEAVY,
+    DEFAULT_HEAVY_MARGIN,
     DEFAULT_MODEL_ID,
     DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
@@ -63,6 +64,7 @@ class EngineConfig:
     decode_workers: int = 4  # threads decoding cache misses (one video each)
     clip_batch_size: int = 8  # clips per backbone forward pass (shared by candidates)
     heavy: int = DEFAULT_HEAVY  # the cascade: the frame tier's top this many get the heavy tier
+    heavy_margin: float = DEFAULT_HEAVY_MARGIN  # ... when its first two scores lie within this
     refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
     frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score: max, top2 or z
 

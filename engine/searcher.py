@@ -27,6 +27,7 @@ import numpy as np
 from core.config import (
     DEFAULT_FRAMES,
     DEFAULT_HEAVY,
+    DEFAULT_HEAVY_MARGIN,
     DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
     DEFAULT_TOP_K,
@@ -75,7 +76,8 @@ STAGES = (
     "refine", "total",
 )  # fmt: skip
 STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
-MAX_CLIPS_PER_VIDEO = 8  # group_by "clip": moments kept per candidate
+MAX_CLIPS_PER_VIDEO = 8
+ALWAYS_HEAVY = 2.0  # a heavy_margin no two cosines can reach: the heavy tier always runs  # group_by "clip": moments kept per candidate
 
 
 class InvalidRequest(ValueError):
@@ -105,6 +107,7 @@ class SearcherConfig:
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
     decode_workers: int = 4  # threads decoding cache misses, one video each
     heavy: int = DEFAULT_HEAVY  # the cascade: candidates the heavy tier re-encodes
+    heavy_margin: float = DEFAULT_HEAVY_MARGIN  # ... when the frame tier's top two lie within this
     refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
     frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score (engine.tiers.frame)
 
@@ -121,6 +124,7 @@ class SearcherConfig:
             exit_threshold=config.exit_threshold,
             exit_min_steps=config.exit_min_steps,
             heavy=config.heavy,
+            heavy_margin=config.heavy_margin,
             refine_moments=config.refine_moments,
             frame_aggregate=config.frame_aggregate,
         )
@@ -135,6 +139,7 @@ class SearchParams:
     shortlist: int | None = None
     mode: str = SearchMode.RERANK
     heavy: int = DEFAULT_HEAVY  # the cascade: how many of the frame tier's top the heavy tier re-encodes
+    heavy_margin: float = DEFAULT_HEAVY_MARGIN  # ... when its first two scores lie within this
     frames: int | None = None
     filter: dict[str, Any] | None = None
     include_evidence: bool = True
@@ -322,9 +327,16 @@ class Searcher:
             raise InvalidRequest("mode", "must be one of " + ", ".join(f"'{m}'" for m in SearchMode))
         mode = SearchMode(mode)
         heavy = get("heavy")
+        asked_heavy = heavy is not None  # a request that names its depth gets it, whatever the margin
         heavy = min(cfg.heavy, shortlist) if heavy is None else int(heavy)
         if not 0 <= heavy <= shortlist:
             raise InvalidRequest("heavy", f"must be between 0 and the shortlist ({shortlist})")
+        heavy_margin = get("heavy_margin")
+        if heavy_margin is None:
+            heavy_margin = ALWAYS_HEAVY if asked_heavy else cfg.heavy_margin
+        heavy_margin = float(heavy_margin)
+        if not 0 <= heavy_margin <= ALWAYS_HEAVY:
+            raise InvalidRequest("heavy_margin", "must be between 0 and 2 (2: always run the heavy tier)")
         frames = get("frames")
         frames = cfg.default_frames if frames is None else int(frames)
         if not 1 <= frames <= cfg.max_frames:
@@ -359,6 +371,7 @@ class Searcher:
             shortlist=shortlist,
             mode=mode,
             heavy=heavy,
+            heavy_margin=heavy_margin,
             frames=frames,
             filter=flt or None,
             include_evidence=True if include_evidence is None else bool(include_evidence),
@@ -471,11 +484,16 @@ class Searcher:
 
     def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
         """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot
-        or the streaming head) over the frame tier's top ``p.heavy`` only. The heavy tier orders
+        or the streaming head) over the frame tier's top ``p.heavy`` only, and only when the frame
+        tier's first two scores lie within ``p.heavy_margin`` (its answer is too close to call). The heavy tier orders
         what it scored, by its own score, above the rest, which keep the frame tier's order: one
         score space per ranked group, and every hit says which tier ranked it."""
         hits = self.frame_tier.run(request, hits)
         m = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
+        if m and p.heavy_margin is not None and len(hits) > 1:
+            lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
+            if lead >= p.heavy_margin:  # the frame tier's answer is not close to call: keep it
+                return hits
         if m == 0:
             return hits
         result.rerank_embedder = self.rerank_embedder

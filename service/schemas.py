@@ -27,6 +27,7 @@ from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from core.config import (
     DEFAULT_HEAVY,
+    DEFAULT_HEAVY_MARGIN,
     DEFAULT_TOP_K,
     MAX_FILTER_FIELDS,
     MAX_FILTER_KEY_CHARS,
@@ -195,7 +196,15 @@ class SearchRequest(BaseModel):
         ge=0,
         le=MAX_SHORTLIST,
         description=f"rerank mode: how many of the frame tier's top candidates the heavy tier re-encodes "
-        f"(0..shortlist; 0 = the frame tier alone; default {DEFAULT_HEAVY})",
+        f"(0..shortlist; 0 = the frame tier alone; default {DEFAULT_HEAVY}, and then only when the frame "
+        "tier's answer is close to call, see `heavy_margin`; a request that gives `heavy` always gets it)",
+    )
+    heavy_margin: float | None = Field(
+        None,
+        ge=0,
+        le=2,
+        description=f"rerank mode: run the heavy tier only when the frame tier's first two scores lie within "
+        f"this (default {DEFAULT_HEAVY_MARGIN} when `heavy` is not given, else 2: always)",
     )
     frames: Frames | None = Field(
         None,

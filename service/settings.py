@@ -128,6 +128,11 @@ class Settings(BaseSettings):
         description="the cascade: how many of the frame tier's top candidates the heavy tier re-encodes "
         "when a request gives no `heavy` (0 = the frame tier alone)",
     )  # fmt: skip
+    heavy_margin: float = Field(
+        _E.heavy_margin, ge=0, le=2,
+        description="the cascade: run the heavy tier only when the frame tier's first two scores lie within this "
+        "(requests that give `heavy` always get it; 2 = always)",
+    )  # fmt: skip
     refine_moments: int = Field(
         _E.refine_moments, ge=0, description="results whose moments are refined at the source's frame rate"
     )
