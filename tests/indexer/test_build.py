@@ -187,6 +187,7 @@ def test_build_code_has_no_crash_hook():
     assert "on_commit" in inspect.signature(pipeline.Builder.run).parameters
 
 
+@pytest.mark.slow
 def test_resume_after_crash_equals_uninterrupted(corpus, tiny_checkpoint, tiny_head, tmp_path):
     crashed = tmp_path / "crashed"
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -416,6 +417,7 @@ def test_write_failure_keeps_committed_videos(sample_videos, tiny_checkpoint, tm
     assert verify_index(index).ok
 
 
+@pytest.mark.slow
 def test_kill_9_mid_build_then_resume(corpus, tiny_checkpoint, tmp_path):
     """A real SIGKILL at whatever point the build has reached after its second commit."""
     import signal

@@ -173,6 +173,7 @@ def test_compact_of_a_missing_index_is_a_usage_error(tmp_path, capsys):
     assert "indexer: error" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoint, tmp_path):
     """A running API keeps answering while `indexer add` (another process) grows its index past the
     threshold and switches FAISS; a reload then serves the switched index with the new videos."""
