@@ -101,12 +101,14 @@ FRAME_STORE_JPEG_QUALITY = 95  # with 4:4:4 chroma (no subsampling): max pixel e
 
 # -- stage 2 --------------------------------------------------------------------------------------
 QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores' spread (models.selection)
-# One-shot stage 2: where the query text goes in the backbone prompt. Chosen by measurement
-# (benchmarks/bench_quality.py, shapes world, 3 seeds, Hit@1): none 87.5 +- 2.6, after 79.2 +- 1.5,
-# before 76.0 +- 1.5 (stage 1: 59.4 +- 4.4). The query already chose the frames; putting its text in
-# the prompt moved v_ij further from v_j and ranked worse.
-DEFAULT_ONESHOT_CONDITIONING = TextConditioning.NONE
-DEFAULT_TEXT_CONDITIONING = DEFAULT_ONESHOT_CONDITIONING
+# Where a query-conditioned encoding puts the query text in the backbone prompt, by default: one
+# default for serving (one-shot stage 2) and for training (`qaslr train` / `qaslr eval`, the feature
+# cache, a new head's config), so a head is trained on the evidence stage 2 will give it. Chosen by
+# measurement (benchmarks/bench_quality.py, shapes world, 3 seeds, Hit@1, one-shot stage 2): none
+# 87.5 +- 2.6, after 79.2 +- 1.5, before 76.0 +- 1.5 (stage 1: 59.4 +- 4.4). The query already chose
+# the frames; putting its text in the prompt moved v_ij further from v_j and ranked worse.
+DEFAULT_TEXT_CONDITIONING = TextConditioning.NONE
+
 
 class FrameAggregate(StrEnum):
     """How the frame tier turns a candidate's bank relevance q·f_c into one score (engine.tiers.frame)."""

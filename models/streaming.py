@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core.config import DEFAULT_ONESHOT_CONDITIONING, Embedder, TextConditioning
+from core.config import DEFAULT_TEXT_CONDITIONING, Embedder, TextConditioning
 from models.backbone import Backbone, VideoClip
 from models.compression import compress_evidence
 from models.head import StreamingHead
@@ -122,10 +122,10 @@ class VideoEncoder:
         self.config = config
         self.instruction = instruction
         # where query-conditioned encodings put the query text: the head's own training choice, or
-        # the caller's, else the measured one-shot default (core.config); see TextConditioning
+        # the caller's, else the measured default (core.config); see TextConditioning
         if text_conditioning is None:
             text_conditioning = (
-                head.config.text_conditioning if head is not None else DEFAULT_ONESHOT_CONDITIONING
+                head.config.text_conditioning if head is not None else DEFAULT_TEXT_CONDITIONING
             )
         self.text_conditioning = TextConditioning(text_conditioning)
         self.head_seconds = 0.0  # time spent in the head (memory updates, readouts, gate) so far

@@ -103,3 +103,17 @@ def tiny_world_checkpoint(tmp_path_factory) -> Path:
     from training.backbone import tiny_world_checkpoint as write
 
     return write(tmp_path_factory.mktemp("tiny_world") / "tiny-world")
+
+
+# Fixtures of tests/service that build an index with the real `indexer build` (the session's
+# qaslr_index alone takes about a minute on 2 shared cores). A service test that needs one is slow:
+# `pytest -m "not slow"`, the fast lane, leaves it out; plain `pytest` runs it.
+INDEX_BUILDING_FIXTURES = frozenset({"qaslr_index", "oneshot_index", "small_index", "web_index", "indexes"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    service = Path(__file__).resolve().parent / "service"
+    for item in items:
+        if service in Path(item.path).parents and INDEX_BUILDING_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.helpers import ServerProcess, free_port
 
 
+@pytest.mark.slow
 def test_demo_serves_and_its_suggested_queries_find_the_right_video(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("QASLR_") and k != "REDIS_URL"}

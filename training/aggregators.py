@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.config import Embedder
+from core.config import DEFAULT_TEXT_CONDITIONING, Embedder
 from models.head import HeadOutput, StreamingHeadConfig, create_head, load_head, save_head
 
 logger = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def build_model(
     init_temperature: float = 0.05,
     seed: int = 0,
     query_conditioning: bool = False,
-    text_conditioning: str = "after",
+    text_conditioning: str = DEFAULT_TEXT_CONDITIONING,
     evidence_sink: bool = False,
     identity_init: bool = False,
 ) -> nn.Module:

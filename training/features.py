@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.config import QFRAME_TEMPERATURE, TextConditioning
+from core.config import DEFAULT_TEXT_CONDITIONING, QFRAME_TEMPERATURE, TextConditioning
 from core.files import atomic_path, atomic_write
 from training.data import Pair, Side, VideoRef
 
@@ -50,7 +50,7 @@ class FeatureSettings:
     candidate_max: int = 256
     qframe_temperature: float = QFRAME_TEMPERATURE  # in units of the bank scores' spread
     selection_seed: int = 0  # combined with each item's key (models.selection.selection_seed)
-    text_conditioning: str = TextConditioning.AFTER  # where a conditioned item's query text goes
+    text_conditioning: str = DEFAULT_TEXT_CONDITIONING  # where a conditioned item's query text goes
     instruction: str | None = None
     clip_batch_size: int = 16
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The two-stage recipe on the shapes world, end to end (CPU, the shipped tiny-world backbone):
+# The two-stage recipe (`qaslr train --recipe two-stage`, training/recipes.py) on the shapes world,
+# end to end (CPU, the shipped tiny-world backbone):
 # long-video retrieval data, one two-stage rerank head per query-conditioning choice (with an
 # early-exit gate each), then the quality benchmark through the service's searcher.
 # Usage: training/run_two_stage.sh WORKDIR [SEEDS...]   (benchmark corpus seeds, default 0 1 2)
 # Environment: VARIANTS (default "head-q": the query as the head's conditioning input, its text out of
 # the backbone prompt as in the serving default; add plain, text-after, text-before,
-# text-before+head-q for the full comparison), EPOCHS (default 20), LAMBDA_CLIP (default 30; 0 trains
-# without L_clip, the paper's objective alone).
+# text-before+head-q for the full comparison), EPOCHS (default 20), LAMBDA_CLIP (default: the recipe's,
+# 30; 0 trains without L_clip, the paper's objective alone).
+# Besides the recipe's settings, the measured runs use 20 epochs, batch 16 and lr 3e-4 (below).
 set -euo pipefail
 W=${1:?usage: run_two_stage.sh WORKDIR [SEEDS...]}; shift || true
 SEEDS=${*:-0 1 2}
@@ -14,7 +16,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # stage 2 serves K' = 32 query-selected frames in 8 clips of 4 (K = 128, L = 16 plan), M = 256
 FEAT="--max-frames 32 --clip-len 4 --evidence-tokens 256"
 TRAIN="$FEAT --recipe two-stage --epochs ${EPOCHS:-20} --batch-size 16 --lr 3e-4 --gate-epochs 200 --no-progress"
-TRAIN="$TRAIN --lambda-clip ${LAMBDA_CLIP:-30}"
+TRAIN="$TRAIN${LAMBDA_CLIP:+ --lambda-clip $LAMBDA_CLIP}"
 mkdir -p "$W/runs"
 [ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny-world
 # six retrieval sets, 30 training corpora in all (960 single-event + 96 ordered queries) and one

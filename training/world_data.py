@@ -192,7 +192,3 @@ def event_labels(label: int) -> tuple[int, int]:
     if label < 0:
         return 8, 4
     return label // 4, label % 4
-
-
-def sample_phrasing(rng: np.random.Generator) -> int:
-    return int(rng.integers(0, 4))

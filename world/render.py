@@ -353,27 +353,3 @@ class Renderer:
             y0, x0, cov = shape_coverage(kind.shape, size, spec.width, spec.height, cx, cy, aa=aa)
             mask[y0 : y0 + cov.shape[0], x0 : x0 + cov.shape[1]] = cov
         return mask
-
-
-def random_frame(
-    rng: np.random.Generator,
-    width: int,
-    height: int,
-    kind: EventKind | None,
-    *,
-    haystack: Haystack | None = None,
-) -> np.ndarray:
-    """One frame of a random haystack with ``kind`` on it (or none) -> [H, W, 3] uint8."""
-    hs = haystack or random_haystack(rng)
-    events = (Event(kind, 0.0, 1.0),) if kind is not None else ()
-    spec = VideoSpec(
-        width,
-        height,
-        10.0,
-        1.0,
-        events,
-        hs,
-        seed=int(rng.integers(2**31)),
-        antialias=bool(rng.random() < 0.7),
-    )
-    return Renderer(spec).frame(int(rng.integers(0, 10)))

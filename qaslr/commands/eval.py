@@ -7,7 +7,8 @@ QASLR heads: shuffled clips, reversed clips, reset memory, last clip only (--con
 
 --head NAME=DIR[,DIR...] may be repeated; several directories under one name (e.g. three seeds) are
 averaged and reported as mean ± std. Feature options (--model, --max-frames, --clip-len,
---evidence-tokens, --selection, --scoring) must match training so that the cached evidence matches.
+--evidence-tokens, --selection, --scoring, --text-conditioning, or the --recipe that sets them) must
+match training so that the cached evidence matches.
 
 Example:
   qaslr eval --data /tmp/syn/test.jsonl --model /tmp/ckpt --max-frames 32 --clip-len 4 \\

@@ -7,7 +7,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from core.config import DEFAULT_CLIP_LEN, DEFAULT_MAX_EVIDENCE, DEFAULT_MAX_FRAMES
+from core.config import DEFAULT_CLIP_LEN, DEFAULT_MAX_EVIDENCE, DEFAULT_MAX_FRAMES, TextConditioning
+from training.recipes import DEFAULT_RECIPE, get_recipe, recipe_names
 
 logger = logging.getLogger(__name__)
 
@@ -39,31 +40,33 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--selection",
         choices=("uniform", "query-aware"),
-        default="uniform",
+        default=None,
         help="frame selection for items with a conditioning text (QA questions, query-conditioned "
-        "candidates); query-independent items always use uniform selection",
+        f"candidates); query-independent items always use uniform selection ({by_recipe('selection')})",
     )
     g.add_argument(
         "--scoring",
         choices=("indexable", "conditioned"),
-        default="indexable",
+        default=None,
         help="Eq. 1: indexable (one query-independent embedding per video) or conditioned (each "
-        "candidate of a bounded set encoded under each query)",
+        f"candidate of a bounded set encoded under each query) ({by_recipe('scoring')})",
     )
     g.add_argument(
         "--text-conditioning",
-        choices=("none", "after", "before"),
-        default="after",
+        choices=tuple(TextConditioning),
+        default=None,
         help="where a query-conditioned candidate's query text goes in the backbone prompt: none, "
-        "after the video (the reference order) or before it (default: after)",
+        "after the video (the reference order) or before it; the head records it "
+        f"({by_recipe('text_conditioning')}, as in serving)",
     )
     g.add_argument(
         "--recipe",
-        choices=("indexable", "two-stage"),
+        choices=recipe_names(),
         default=None,
-        help="shorthand: indexable = uniform selection and indexable scoring (a head for `indexer "
-        "build`); two-stage = query-aware selection, conditioned scoring and a query-conditioned head "
-        "(a rerank head for the service's stage 2, QASLR_RERANK_HEAD)",
+        help="the training recipe (training/recipes.py) whose settings are the defaults of the "
+        "options marked 'by recipe'; explicit options override it. "
+        + "; ".join(f"{n} = {get_recipe(n).summary}" for n in recipe_names() if n == get_recipe(n).name)
+        + f" (default: {DEFAULT_RECIPE}; indexable is an older name of paper)",
     )
     g.add_argument("--instruction", default=None, help="backbone instruction (system message)")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
@@ -75,12 +78,25 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def apply_recipe(args) -> None:
-    """--recipe fills in the options it stands for."""
-    if getattr(args, "recipe", None) == "indexable":
-        args.selection, args.scoring = "uniform", "indexable"
-    elif getattr(args, "recipe", None) == "two-stage":
-        args.selection, args.scoring = "query-aware", "conditioned"
+def by_recipe(field: str) -> str:
+    """Help text: a recipe-defaulted option's default under each recipe."""
+    values = {n: getattr(get_recipe(n), field) for n in recipe_names() if n == get_recipe(n).name}
+    values = {n: ({True: "on", False: "off"}[v] if isinstance(v, bool) else v) for n, v in values.items()}
+    if len(set(values.values())) == 1:
+        return f"by recipe: {next(iter(values.values()))}"
+    return "by recipe: " + ", ".join(f"{v} with {n}" for n, v in values.items())
+
+
+def apply_recipe(args, fields: tuple[str, ...] = ("selection", "scoring", "text_conditioning")):
+    """Fill every option in ``fields`` the command line left unset (None) from the chosen recipe
+    (training/recipes.py; --recipe, default paper); explicit options keep their values. Sets
+    ``args.recipe`` to the recipe's name and returns the recipe."""
+    recipe = get_recipe(getattr(args, "recipe", None))
+    args.recipe = recipe.name
+    for field in fields:
+        if getattr(args, field, None) is None:
+            setattr(args, field, getattr(recipe, field))
+    return recipe
 
 
 def feature_settings(args):

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(
             to_response(
-                outcome, "cli", cache_backend=config.redis_url and "redis" or "memory"
+                outcome, "cli", cache_backend=backend
             ).model_dump_json(indent=2)
         )
         return 0

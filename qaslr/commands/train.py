@@ -3,7 +3,9 @@
 The backbone stays frozen: its per-clip evidence banks and text embeddings are computed once into a
 feature cache (--cache), then every epoch runs the head only. Losses: final InfoNCE with co-positive
 masking (Eq. 11) + 0.1 x step-wise loss (Eq. 12) + 0.01 x self-distillation (Eq. 13); interleaved
-sub-batching by task and input format; AdamW (lr 1e-4).
+sub-batching by task and input format; AdamW (lr 1e-4). These are the `paper` recipe's settings;
+`--recipe two-stage` trains a rerank head (training/recipes.py, training/README.md). The options
+marked "by recipe" default to the recipe's values; explicit options override them.
 
 Writes to --out: head/ (head_config.json + head.safetensors, usable by `indexer build --head` and the
 service; control aggregators write aggregator.json + aggregator.safetensors), checkpoint.pt (resume:
@@ -21,7 +23,23 @@ from __future__ import annotations
 import argparse
 
 from core.config import Embedder
-from qaslr.commands.feature_options import add_feature_arguments
+from qaslr.commands.feature_options import add_feature_arguments, by_recipe
+
+# the options --recipe gives defaults to (training/recipes.py), besides the feature options
+RECIPE_FIELDS = (
+    "think_tokens",
+    "init_temperature",
+    "query_conditioning",
+    "evidence_sink",
+    "identity_init",
+    "epochs",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "lambda_step",
+    "lambda_distill",
+    "lambda_clip",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,55 +66,81 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=Embedder.QASLR,
         help="qaslr = the streaming head; mean / gru / transformer = the Table 5 controls",
     )
-    m.add_argument("--think-tokens", type=int, default=32, help="N think tokens (paper 32)")
+    m.add_argument(
+        "--think-tokens",
+        type=int,
+        default=None,
+        help=f"N think tokens (paper 32; {by_recipe('think_tokens')})",
+    )
     m.add_argument("--depth", type=int, default=1, help="update blocks per clip step (Eq. 7-8 is 1)")
     m.add_argument("--heads", type=int, default=None, help="attention heads (default: <=16, >=16 dims each)")
-    m.add_argument("--init-temperature", type=float, default=0.05, help="initial tau (learnable)")
+    m.add_argument(
+        "--init-temperature",
+        type=float,
+        default=None,
+        help=f"initial tau (learnable; {by_recipe('init_temperature')})",
+    )
     m.add_argument("--init-head", default=None, help="start from this head directory instead of a fresh one")
     m.add_argument(
         "--query-conditioning",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="the head takes the query embedding as its conditioning input (Eq. 4, c = q); for rerank "
-        "heads trained with --scoring conditioned (default: on with --recipe two-stage, else off)",
+        "heads trained with --scoring conditioned (by recipe: on with two-stage when the scoring is "
+        "conditioned, else off)",
     )
     m.add_argument(
         "--evidence-sink",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="append a learnable 'nothing here' token to every clip's evidence, so a clip that does "
-        "not match can leave the memory untouched (our addition to Eq. 7; default: on with --recipe "
-        "two-stage, else off)",
+        "not match can leave the memory untouched (our addition to Eq. 7; "
+        f"{by_recipe('evidence_sink')})",
     )
     m.add_argument(
         "--identity-init",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="initialise the head's evidence-to-readout path as the identity (needs D >= d) instead of "
-        "small random weights (default: on with --recipe two-stage, else off)",
+        f"small random weights ({by_recipe('identity_init')})",
     )
     o = p.add_argument_group("optimisation")
-    o.add_argument("--epochs", type=int, default=5, help="epochs (paper: 3-5)")
+    o.add_argument("--epochs", type=int, default=None, help=f"epochs (paper: 3-5; {by_recipe('epochs')})")
     o.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
     o.add_argument(
-        "--batch-size", type=int, default=32, help="pairs per optimizer step (split into sub-batches)"
+        "--batch-size",
+        type=int,
+        default=None,
+        help=f"pairs per optimizer step (split into sub-batches; {by_recipe('batch_size')})",
     )
-    o.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (paper 1e-4)")
-    o.add_argument("--weight-decay", type=float, default=0.01)
+    o.add_argument(
+        "--lr", type=float, default=None, help=f"AdamW learning rate (paper 1e-4; {by_recipe('lr')})"
+    )
+    o.add_argument("--weight-decay", type=float, default=None, help=f"AdamW ({by_recipe('weight_decay')})")
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--no-step-loss", action="store_true", help="disable L_step (Eq. 12), Table 6 ablation")
     o.add_argument(
         "--no-distill-loss", action="store_true", help="disable L_distill (Eq. 13), Table 6 ablation"
     )
-    o.add_argument("--lambda-step", type=float, default=0.1)
-    o.add_argument("--lambda-distill", type=float, default=0.01)
+    o.add_argument(
+        "--lambda-step",
+        type=float,
+        default=None,
+        help=f"Eq. 14's weight of L_step ({by_recipe('lambda_step')})",
+    )
+    o.add_argument(
+        "--lambda-distill",
+        type=float,
+        default=None,
+        help=f"Eq. 14's weight of L_distill ({by_recipe('lambda_distill')})",
+    )
     o.add_argument(
         "--lambda-clip",
         type=float,
         default=None,
         help="weight of L_clip, the two-stage recipe's distillation of the query-weighted pooling of "
-        "the backbone's own clip embeddings into every readout (our addition; training/README.md); "
-        "default 30 with --recipe two-stage, else 0 (off); needs --scoring conditioned",
+        "the backbone's own clip embeddings into every readout (our addition; training/README.md; "
+        f"{by_recipe('lambda_clip')}; 0 = off); needs --scoring conditioned",
     )
     o.add_argument(
         "--no-sub-batching",
@@ -123,6 +167,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gate-lr", type=float, default=1e-3)
 
 
+def resolve_recipe(args: argparse.Namespace):
+    """Fill every option left unset from --recipe (training/recipes.py); returns the recipe. The
+    recipe's query conditioning applies only to conditioned scoring (a rerank head sees the query)."""
+    from qaslr.commands.feature_options import apply_recipe
+
+    recipe = apply_recipe(args)
+    if args.query_conditioning is None:
+        args.query_conditioning = recipe.query_conditioning and args.scoring == "conditioned"
+    apply_recipe(args, RECIPE_FIELDS)
+    return recipe
+
+
 def run(args: argparse.Namespace) -> int:
     import json
     import logging
@@ -130,22 +186,13 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from qaslr.commands.feature_options import apply_recipe, default_cache, load_task_pairs, open_store
+    from qaslr.commands.feature_options import default_cache, load_task_pairs, open_store
     from training.aggregators import build_model, load_model, save_model
     from training.data import DataError, combine_pair_sets
-    from training.losses import LAMBDA_CLIP
     from training.trainer import TrainConfig, Trainer
 
     log = logging.getLogger("qaslr.train")
-    apply_recipe(args)
-    if args.query_conditioning is None:
-        args.query_conditioning = args.scoring == "conditioned" and args.recipe == "two-stage"
-    if args.evidence_sink is None:
-        args.evidence_sink = args.recipe == "two-stage"
-    if args.identity_init is None:
-        args.identity_init = args.recipe == "two-stage"
-    if args.lambda_clip is None:
-        args.lambda_clip = LAMBDA_CLIP if args.recipe == "two-stage" else 0.0
+    resolve_recipe(args)
     if args.lambda_clip > 0 and args.scoring != "conditioned":
         print("error: --lambda-clip needs --scoring conditioned (its teacher weights clips by the query)")
         return 2

@@ -190,6 +190,7 @@ def test_build_code_has_no_crash_hook():
     assert "on_commit" in inspect.signature(pipeline.Builder.run).parameters
 
 
+@pytest.mark.slow
 def test_resume_after_crash_equals_uninterrupted(corpus, tiny_checkpoint, tiny_head, tmp_path):
     crashed = tmp_path / "crashed"
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -328,6 +329,7 @@ def test_matryoshka_embed_dim(sample_videos, tiny_checkpoint, tiny_head, tmp_pat
     assert "embeds to d=64" in str(exc.value)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_build_then_resume(corpus, tiny_checkpoint, tmp_path):
     """A real SIGKILL at whatever point the build has reached after its second commit."""
     import signal

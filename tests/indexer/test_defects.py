@@ -89,26 +89,6 @@ def test_build_records_decoder_errors_without_a_message(
         assert len(failed) == 4 and {v.error for v in failed} == {"cannot open as video: _Silent"}
 
 
-def test_indexer_does_not_import_the_command_line_or_service():
-    """Layering: nothing below the CLI imports it; training does not import service; core imports
-    nothing of the project."""
-    bad = []
-    rules = {
-        "core": ("models", "indexer", "service", "training", "qaslr", "world"),
-        "models": ("indexer", "service", "training", "qaslr", "argparse"),
-        "indexer": ("service", "training", "qaslr"),
-        "training": ("service", "qaslr"),
-        "service": ("training", "qaslr"),
-    }
-    for package, forbidden in rules.items():
-        for path in (ROOT / package).rglob("*.py"):
-            text = path.read_text(encoding="utf-8")
-            for name in forbidden:
-                if re.search(rf"^\s*(from|import) {name}(\.|\s|$)", text, re.M):
-                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
-    assert bad == []
-
-
 def test_docs_stand_on_their_own():
     """No reference to documents outside the repository; docs/architecture.md is the reference."""
     out = subprocess.run(
@@ -129,28 +109,6 @@ def test_docs_stand_on_their_own():
         "Errors and exit codes",
     ):
         assert f"## {heading}" in doc, heading
-
-
-def test_one_home_for_sql_and_for_atomic_writes():
-    """All SQL lives in indexer/store/db.py; every file replacement goes through core/files.py
-    (publish's symlink swap is a rename of a link, not a file write; training/backbone.py belongs to
-    the shapes-world work and still has its own)."""
-    sql = re.compile(r"\"(SELECT|INSERT|UPDATE|DELETE|PRAGMA|CREATE) ")
-    replace = re.compile(r"os\.replace\(|\.replace\(state_file\)|mkstemp\(")
-    sql_outside, replace_outside = [], []
-    for package in ("core", "models", "indexer", "service", "training", "qaslr"):
-        for path in (ROOT / package).rglob("*.py"):
-            rel = str(path.relative_to(ROOT))
-            text = path.read_text(encoding="utf-8")
-            if sql.search(text) and rel != "indexer/store/db.py":
-                sql_outside.append(rel)
-            if replace.search(text) and rel not in (
-                "core/files.py",
-                "indexer/publish.py",
-                "training/backbone.py",
-            ):
-                replace_outside.append(rel)
-    assert sql_outside == [] and replace_outside == []
 
 
 def test_atomic_write_replaces_durably(tmp_path, monkeypatch):

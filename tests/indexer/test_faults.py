@@ -98,6 +98,7 @@ def _can_mount_tmpfs(tmp_path: Path) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 def test_disk_full_mid_build_exits_3_keeps_commits_and_resumes(corpus, clean, tiny_checkpoint, tmp_path):
     if shutil.which("unshare") is None or not _can_mount_tmpfs(tmp_path):
         pytest.skip("needs `unshare -m` and tmpfs mounts (root); the simulated ENOSPC test still runs")
@@ -135,6 +136,7 @@ def test_disk_full_mid_build_exits_3_keeps_commits_and_resumes(corpus, clean, ti
     assert resumed == _snapshot(clean)
 
 
+@pytest.mark.slow
 def test_sigterm_mid_build_stops_cleanly_and_resumes(corpus, clean, tiny_checkpoint, tmp_path):
     index = tmp_path / "idx"
     cmd = [

@@ -169,6 +169,7 @@ def test_compact_killed_mid_way_leaves_a_valid_index_and_finishes_when_run_again
     assert _answers(index) == before
 
 
+@pytest.mark.slow
 def test_search_answers_while_add_switches_the_index_type(videos, tiny_checkpoint, tmp_path):
     """A running API keeps answering while `indexer add` (another process) grows its index past the
     threshold and switches FAISS; a reload then serves the switched index with the new videos."""

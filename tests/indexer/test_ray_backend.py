@@ -108,6 +108,7 @@ def _records(directory: Path) -> dict:
     return {"videos": videos, "manifest": manifest}
 
 
+@pytest.mark.slow
 def test_ray_cluster_build_equals_local_and_survives_a_killed_worker(
     ray_bin, tmp_path_factory, video_factory, tiny_checkpoint, tmp_path
 ):
@@ -177,6 +178,7 @@ def test_ray_cluster_build_equals_local_and_survives_a_killed_worker(
     )
 
 
+@pytest.mark.slow
 def test_local_build_never_imports_ray(tmp_path, tiny_checkpoint, sample_videos):
     code = (
         "import sys\n"

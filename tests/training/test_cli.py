@@ -2,11 +2,14 @@
 
 import json
 
+import pytest
+
 from qaslr.cli import main
 
 FEATURE_ARGS = ["--max-frames", "8", "--clip-len", "2", "--evidence-tokens", "32"]
 
 
+@pytest.mark.slow
 def test_train_then_eval(synthetic_set, tiny_checkpoint, tmp_path, capsys):
     data = ["--data", str(synthetic_set / "train.jsonl"), "--cache", str(tmp_path / "cache")]
     common = ["--model", str(tiny_checkpoint), *FEATURE_ARGS, "--no-progress"]

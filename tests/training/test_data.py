@@ -153,6 +153,7 @@ def test_sets_from_separate_files_combine_without_clashing_ids_or_groups(tmp_pat
     assert combine_pair_sets(sets[:1]) == sets[0]  # one file: ids and groups as written
 
 
+@pytest.mark.slow
 def test_retrieval_set_renders_only_the_splits_given_corpora(tmp_path):
     from training.synthetic import RetrievalSetConfig, make_retrieval_set
 

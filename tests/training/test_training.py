@@ -35,6 +35,7 @@ def _single_retrieval(path):
     return [p for p in load_pairs(path) if p.task == "retrieval" and p.meta.get("kind") == "single"]
 
 
+@pytest.mark.slow
 def test_training_lowers_loss_and_beats_chance(synthetic_set, feature_store, tmp_path):
     pairs = _single_retrieval(synthetic_set / "train.jsonl")  # 16 pairs over 8 videos
     model = _model()

@@ -58,6 +58,7 @@ def _held_out_frames(tmp_path, backbone):
     return events, empties
 
 
+@pytest.mark.slow
 def test_text_finds_the_right_frame_and_beats_every_empty_haystack(tmp_path, world_backbone):
     backbone = world_backbone
     events, empties = _held_out_frames(tmp_path, backbone)

@@ -1,0 +1,128 @@
+"""The architecture rules, in one place: which package may import which, where SQL and file
+replacement live, which packages stay free of the web stack, and how long a module may grow."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# the project's packages, plus the benchmark and helper scripts
+PACKAGES = ("core", "models", "indexer", "engine", "service", "training", "qaslr", "world", "benchmarks", "scripts")
+MAX_MODULE_LINES = 600
+WEB_STACK = ("fastapi", "starlette", "pydantic_settings")
+# packages that must import none of WEB_STACK (the web service is service/'s alone)
+WEB_FREE = ("core", "models", "indexer", "engine", "training", "world")
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module name ``path`` imports anywhere (top level or inside functions), dotted."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_indexer_does_not_import_the_command_line_or_service():
+    """Layering: nothing below the CLI imports it; training does not import service; core imports
+    nothing of the project."""
+    bad = []
+    rules = {
+        "core": ("models", "indexer", "engine", "service", "training", "qaslr", "world"),
+        "models": ("indexer", "engine", "service", "training", "qaslr", "argparse"),
+        "indexer": ("engine", "service", "training", "qaslr"),
+        "engine": ("service", "training", "qaslr"),
+        "training": ("engine", "service", "qaslr"),
+        "service": ("training", "qaslr"),
+    }
+    for package, forbidden in rules.items():
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for name in forbidden:
+                if re.search(rf"^\s*(from|import) {name}(\.|\s|$)", text, re.M):
+                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert bad == []
+
+
+def test_one_home_for_sql_and_for_atomic_writes():
+    """All SQL lives in indexer/store/db.py; every file replacement goes through core/files.py
+    (publish's symlink swap is a rename of a link, not a file write; training/backbone.py belongs to
+    the shapes-world work and still has its own)."""
+    sql = re.compile(r"\"(SELECT|INSERT|UPDATE|DELETE|PRAGMA|CREATE) ")
+    replace = re.compile(r"os\.replace\(|\.replace\(state_file\)|mkstemp\(")
+    sql_outside, replace_outside = [], []
+    for package in ("core", "models", "indexer", "service", "training", "qaslr"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel = str(path.relative_to(ROOT))
+            text = path.read_text(encoding="utf-8")
+            if sql.search(text) and rel != "indexer/store/db.py":
+                sql_outside.append(rel)
+            if replace.search(text) and rel not in (
+                "core/files.py",
+                "indexer/publish.py",
+                "training/backbone.py",
+            ):
+                replace_outside.append(rel)
+    assert sql_outside == [] and replace_outside == []
+
+
+@pytest.mark.parametrize("package", WEB_FREE)
+def test_package_imports_no_web_stack(package):
+    """Only service/ serves HTTP: the other packages import none of fastapi, starlette or
+    pydantic_settings (not even inside a function), so they load and test without the web stack."""
+    bad = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _modules(package)
+        for name in sorted(_imported(path))
+        if name.split(".")[0] in WEB_STACK
+    ]
+    assert bad == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_is_over_the_line_limit(package):
+    """A module over MAX_MODULE_LINES lines is split by what its parts do."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in _modules(package)
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_the_rules_see_what_they_forbid(tmp_path):
+    """The web-stack rule's import scanner finds every spelling of an import."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import os, fastapi\nfrom starlette.responses import Response\n"
+        "def f():\n    import pydantic_settings as ps\nfrom . import sibling\n"
+    )
+    assert {n.split(".")[0] for n in _imported(module)} >= set(WEB_STACK)
+    assert "sibling" not in _imported(module)
+
+
+def test_the_engine_loads_and_searches_without_the_web_stack():
+    """Importing every engine module in a fresh interpreter loads none of the web stack (nor pydantic):
+    the engine is usable without HTTP (tests/engine/ searches an index through it alone)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pkgutil, importlib, engine, engine.tiers\n"
+        "for m in pkgutil.walk_packages(engine.__path__, 'engine.'): importlib.import_module(m.name)\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'fastapi', 'starlette', 'pydantic', "
+        "'pydantic_settings', 'uvicorn', 'service'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
