@@ -4,6 +4,9 @@
 # constraints of our own (pyproject.toml's ranges and the machine's pip configuration only), then
 # its freeze without the project itself, sorted. Run it after changing a dependency in
 # pyproject.toml, and commit the new lock with that change. Usage: bash scripts/lock.sh
+# No hashes: pip's hash-checking mode cannot check the editable install of the project itself, and
+# pip takes wheels from machine-local stores (pip config list) whose files need not be PyPI's bytes,
+# so hashes would tie the lock to one machine. Versions are pinned for every package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
