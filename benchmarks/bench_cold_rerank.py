@@ -45,6 +45,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import environment  # noqa: E402
+
 WIDTH, HEIGHT, FPS = 1280, 720, 24
 # shapes-world colours (world/vocab.py), so that the tiny-world backbone's selection means something
 QUERIES = [
@@ -358,7 +360,7 @@ def main() -> None:
     print_tables(results, args)
     print(f"\nwall time {time.perf_counter() - wall:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps({**results, "environment": environment()}, indent=2))
     if tmp is not None:
         tmp.cleanup()
 

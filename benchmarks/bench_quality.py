@@ -57,6 +57,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import environment  # noqa: E402
 from core.config import DEFAULT_HEAVY, DEFAULT_TEXT_CONDITIONING  # noqa: E402
 
 METRICS = (
@@ -437,7 +438,11 @@ def main(argv=None) -> int:
         print(f"| {mode} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"args": vars(args), "minutes": minutes, "per_seed": per_seed}, indent=2, default=str)
+            json.dumps(
+                {"args": vars(args), "minutes": minutes, "per_seed": per_seed, "environment": environment()},
+                indent=2,
+                default=str,
+            )
             + "\n"
         )
     return 0

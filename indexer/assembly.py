@@ -87,14 +87,22 @@ def load_model_for_index(
     if not manifest.uses_head and head_dir is not None:
         logger.warning("the index is one-shot; ignoring the streaming head given")
         head_dir = None
-    loaded = load_model(
-        model,
-        head_dir=head_dir,
-        device=device,
-        dtype=dtype,
-        embed_dim=manifest.embed_dim,
-        frame_size=frame_size or manifest.frame_size,
-    )
+    from models.backbone import EmbedDimError
+
+    try:
+        loaded = load_model(
+            model,
+            head_dir=head_dir,
+            device=device,
+            dtype=dtype,
+            embed_dim=manifest.embed_dim,
+            frame_size=frame_size or manifest.frame_size,
+        )
+    except EmbedDimError as exc:  # a backbone narrower than the index's vectors: another model
+        raise IndexMismatchError(
+            f"the index does not match the loaded model: the index's vectors have {manifest.embed_dim} "
+            f"dimensions, the loaded backbone only {exc.hidden_size}. " + index_needs(manifest)
+        ) from exc
     check_compatible(
         manifest,
         backbone_fingerprint=loaded.backbone.fingerprint,
@@ -127,10 +135,19 @@ def check_compatible(
         problems.append(f"embedding dimension: index has {m.embed_dim}, the backbone embeds to {embed_dim}")
     if problems:
         raise IndexMismatchError(
-            f"{where} does not match the loaded model: "
-            + "; ".join(problems)
-            + ". Rebuild the index with this model (indexer build) or load the model it was built with."
+            f"{where} does not match the loaded model: " + "; ".join(problems) + ". " + index_needs(m)
         )
+
+
+def index_needs(manifest: Manifest) -> str:
+    """The model an index needs and how to get it, for mismatch errors."""
+    m = manifest
+    head = "" if not m.uses_head else f", streaming head {m.head_fingerprint} (--head DIR)"
+    return (
+        f"The index was built with backbone {m.backbone_id!r} (fingerprint {m.backbone_fingerprint}, "
+        f"embed_dim {m.embed_dim}, frame size {m.frame_size}{head}). Fix: load that backbone "
+        f"(--model {m.backbone_id}, or QASLR_MODEL), or rebuild the index with this model (indexer build)."
+    )
 
 
 def encoder_for(

@@ -47,6 +47,22 @@ class BackboneNotFoundError(RuntimeError):
     """The backbone weights could not be found locally or on the hub."""
 
 
+class BackboneOfflineError(BackboneNotFoundError):
+    """A hub id that is not in the Hugging Face cache, on a machine that cannot reach the hub."""
+
+
+class EmbedDimError(ValueError):
+    """The requested (Matryoshka) embedding dimension does not fit the backbone's hidden size."""
+
+    def __init__(self, embed_dim: int, hidden_size: int):
+        super().__init__(f"embed_dim must be in 1..{hidden_size}, got {embed_dim}")
+        self.embed_dim, self.hidden_size = embed_dim, hidden_size
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
 class Qwen3VLForEmbedding(Qwen3VLPreTrainedModel):
     """``Qwen3VLModel`` under the attribute ``model``, as in the public embedding checkpoints."""
 
@@ -143,6 +159,64 @@ def resolve_model_source(model: str | os.PathLike) -> tuple[str, Path | None]:
     return str(model), None
 
 
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set: the hub client will not go online."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """One quick TCP connect to the hub endpoint (HF_ENDPOINT, default https://huggingface.co), so
+    that an offline machine fails (or falls back) at once instead of waiting out the hub client's
+    retries. False under HF_HUB_OFFLINE; True when an HTTPS proxy is configured (a direct connect
+    says nothing about the proxy's reach)."""
+    import socket
+    from urllib.parse import urlparse
+
+    if hub_offline():
+        return False
+    if any(os.environ.get(name) for name in _PROXY_VARS):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = url.hostname or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def in_hub_cache(repo_id: str, revision: str | None = None) -> bool:
+    """The hub id's config.json is in the local Hugging Face cache (no network access)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+
+
+def locate_backbone(
+    model: str | os.PathLike, *, revision: str | None = None
+) -> tuple[str, Path | None, bool]:
+    """``(source, local directory or None, offline)`` for ``model``: a checkpoint directory, or a hub
+    id from the Hugging Face cache or the hub. ``offline`` means load from local files only. Raises
+    BackboneNotFoundError (BackboneOfflineError for a hub id that is neither cached nor reachable)
+    within :data:`HUB_PROBE_TIMEOUT_S` seconds, with the fix in the message."""
+    source, local = resolve_model_source(model)
+    if local is not None:
+        return source, local, True
+    online = hub_reachable()
+    if not online and not in_hub_cache(source, revision):
+        why = "HF_HUB_OFFLINE is set" if hub_offline() else "the hub cannot be reached from this machine"
+        raise BackboneOfflineError(
+            f"could not load backbone weights for {source!r} offline: they are not in the Hugging Face "
+            f"cache and {why}. Fix: pass a local checkpoint directory (--model DIR, or QASLR_MODEL); for "
+            "the shapes-world sample videos, the backbone that ships with the project "
+            "(`qaslr make-checkpoint DIR --preset tiny-world`, then --model DIR); or download the weights "
+            f"where the hub is reachable (`huggingface-cli download {source}`) into this machine's "
+            "Hugging Face cache (HF_HOME)."
+        )
+    return source, None, not online
+
+
 def checkpoint_fingerprint(directory: Path) -> str:
     """Identity of a checkpoint without reading its weights: a hash of config.json, every safetensors
     header (names, shapes, dtypes, offsets) and file size. Headers do not change when only the weight
@@ -181,7 +255,7 @@ class Backbone:
         self.hidden_size: int = model.config.text_config.hidden_size
         self.embed_dim = embed_dim or self.hidden_size
         if not 0 < self.embed_dim <= self.hidden_size:
-            raise ValueError(f"embed_dim must be in 1..{self.hidden_size}, got {self.embed_dim}")
+            raise EmbedDimError(self.embed_dim, self.hidden_size)
         self.random_weights = random_weights
         self.temporal_patch: int = processor.video_processor.temporal_patch_size
 
@@ -367,18 +441,19 @@ def load_backbone(
     revision: str | None = None,
 ) -> Backbone:
     """Load Qwen3-VL-Embedding from a hub id (default ``Qwen/Qwen3-VL-Embedding-2B``) or a local directory."""
-    source, local = resolve_model_source(model)
+    source, local, offline = locate_backbone(model, revision=revision)
     device = pick_device(device)
     dtype = pick_dtype(device, dtype)
+    files = {"revision": revision, "local_files_only": offline}
     try:
-        processor = AutoProcessor.from_pretrained(source, revision=revision, padding_side="right")
-        net = Qwen3VLForEmbedding.from_pretrained(source, revision=revision, dtype=dtype)
+        processor = AutoProcessor.from_pretrained(source, padding_side="right", **files)
+        net = Qwen3VLForEmbedding.from_pretrained(source, dtype=dtype, **files)
     except (OSError, ValueError) as exc:
         if local is not None:
             raise BackboneNotFoundError(f"could not load the backbone from directory {local}: {exc}") from exc
         raise BackboneNotFoundError(
             f"could not find backbone weights for {source!r} (looked for a local directory of that name and for "
-            f"the hub id in the Hugging Face cache{' and online' if not os.environ.get('HF_HUB_OFFLINE') else ''}). "
+            f"the hub id in the Hugging Face cache{'' if offline else ' and online'}). "
             "Fix: download it where the hub is reachable (`huggingface-cli download "
             f"{source}`), or pass a local checkpoint directory (--model DIR / QASLR_MODEL), or generate a "
             "random one for testing with `qaslr make-checkpoint DIR --preset tiny` (its rankings are meaningless)."

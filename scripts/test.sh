@@ -4,7 +4,7 @@
 # the network-namespace tools the Ray test uses are installed, lints, then runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh dev
 if ! .venv/bin/python -c "import redis,sys; redis.Redis(host='127.0.0.1', port=6379, socket_timeout=1).ping()" 2>/dev/null; then
   if ! command -v redis-server >/dev/null 2>&1; then
     (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null

@@ -46,38 +46,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-serve", action="store_true", help="stop after building the index")
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """One quick TCP connect, so that an offline machine falls back at once instead of waiting for
-    the hub client's retries."""
-    import socket
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
 def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
     """(model to use, is_world_backbone). Looks for the requested backbone's config in a local
     directory, the Hugging Face cache, then the hub; falls back to the shapes-world backbone."""
     from transformers import AutoConfig
 
-    from models.backbone import BackboneNotFoundError, resolve_model_source
+    from models.backbone import BackboneNotFoundError, locate_backbone
 
     try:
-        source, local = resolve_model_source(model)
-        try:
-            AutoConfig.from_pretrained(source, local_files_only=True)
-            return model, False
-        except OSError:
-            if local is not None or not _hub_reachable():
-                raise
-        AutoConfig.from_pretrained(source)
+        # a hub id that is neither cached nor reachable fails here at once (one quick connect)
+        source, _, offline = locate_backbone(model)
+        AutoConfig.from_pretrained(source, local_files_only=offline)
         return model, False
     except (BackboneNotFoundError, OSError, ValueError) as exc:
         logger.warning("backbone %r is not available here (%s)", model, summarize(exc))

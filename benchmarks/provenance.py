@@ -1,0 +1,74 @@
+"""Where a benchmark number came from: stored under the ``"environment"`` key of every benchmark's
+JSON output, so that two result files can be compared knowing what differed (commit, package
+versions, thread count, machine)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# the distributions whose versions move benchmark numbers (absent ones are recorded as None)
+PACKAGES = (
+    "qaslr-search", "torch", "torchvision", "transformers", "tokenizers", "safetensors", "numpy",
+    "pillow", "av", "decord", "faiss-cpu", "faiss-gpu", "huggingface-hub", "fastapi", "uvicorn",
+    "redis", "lz4", "ray",
+)  # fmt: skip
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip()
+
+
+def package_versions(names=PACKAGES) -> dict[str, str | None]:
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def threads() -> dict:
+    out: dict = {name: os.environ.get(name) for name in THREAD_VARS}
+    if "torch" in sys.modules or package_versions(("torch",))["torch"]:
+        import torch
+
+        out["torch_num_threads"] = torch.get_num_threads()
+        out["torch_num_interop_threads"] = torch.get_num_interop_threads()
+    try:
+        import faiss
+
+        out["faiss_omp_threads"] = faiss.omp_get_max_threads()
+    except ImportError:
+        pass
+    return out
+
+
+def environment() -> dict:
+    """{git: {commit, dirty}, python, packages: {name: version or None}, threads, platform,
+    cpu_count}; git fields are None outside a checkout."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "git": {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)},
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "threads": threads(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    }
