@@ -17,8 +17,10 @@ mode, in one run:
     frame tier                  ``mode=frames``: the shortlist ranked by its frame banks, no backbone call
     one-shot on all R           ``mode=rerank, heavy=R``: every candidate re-encoded one-shot (two-stage
                                 single-round; the query text placed as --conditioning says)
-    cascade, one-shot on top H  ``mode=rerank, heavy=H``: the frame tier, then one-shot on its top H
-    head on all R / top H       the same with the --rerank-head streaming head (two-stage QASLR)
+    ... on top H, always        ``mode=rerank, heavy=H``: the frame tier, then one-shot on its top H
+    cascade, the default        ``mode=rerank`` with the server's defaults: one-shot on the frame tier's
+                                top DEFAULT_HEAVY only when its first two lie within DEFAULT_HEAVY_MARGIN
+    head on all R / top H / default   the same with the --rerank-head streaming head (two-stage QASLR)
     ..., exit eta               with early exit (a gate in RUNDIR/gate, --exit-threshold)
     uniform QASLR               streaming index built with --index-head, ``mode=indexed``
 
@@ -266,13 +268,14 @@ def modes_for(args) -> list[Mode]:
             if 0 < h < r:
                 modes.append(
                     Mode(
-                        f"cascade: frame tier + one-shot on top {h}{text}",
+                        f"frame tier + one-shot on top {h}, always{text}",
                         "oneshot",
                         "rerank",
                         cond,
                         (("heavy", h),),
                     )
                 )
+        modes.append(Mode(f"cascade, the default{text}", "oneshot", "rerank", cond))
     if args.index_head:
         modes.append(Mode("uniform QASLR", "qaslr", "indexed"))
     for spec in args.rerank_head:
@@ -284,8 +287,11 @@ def modes_for(args) -> list[Mode]:
         modes.append(Mode(name, "oneshot", "rerank", rerank, (("heavy", r),)))
         for h in args.heavy:
             if 0 < h < r:
-                label_h = f"cascade: frame tier + head on top {h}" + (f" ({label})" if label else "")
+                label_h = f"frame tier + head on top {h}, always" + (f" ({label})" if label else "")
                 modes.append(Mode(label_h, "oneshot", "rerank", rerank, (("heavy", h),)))
+        modes.append(
+            Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", rerank)
+        )
         gate = run / "gate"
         if (gate / "gate.json").exists():
             for eta in args.exit_threshold:
