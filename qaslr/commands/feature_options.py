@@ -66,7 +66,12 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
         "(a rerank head for the service's stage 2, QASLR_RERANK_HEAD)",
     )
     g.add_argument("--instruction", default=None, help="backbone instruction (system message)")
-    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1, auto ... for the backbone and (qaslr train) the head (default auto: cuda if available)")
+    g.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda, cuda:1, auto: the backbone's and (qaslr train) the head's device "
+        "(default auto: cuda if available)",
+    )
     g.add_argument(
         "--tasks",
         default=None,
