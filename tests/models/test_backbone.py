@@ -313,3 +313,40 @@ def test_the_device_pixel_path_gives_the_cpu_path_bit_for_bit(backbone, monkeypa
             assert torch.equal(cpu[key], dev[key]), key
     for a, b in zip(cpu_frames, dev_frames, strict=True):
         assert torch.equal(a, b)
+
+
+def test_auto_clip_batch_is_8_on_the_cpu_and_scales_with_free_gpu_memory(backbone, monkeypatch):
+    from models import streaming
+    from models.backbone import Backbone
+
+    encoder = VideoEncoder(backbone, config=StreamingConfig(max_frames=8, clip_len=4))
+    assert StreamingConfig().clip_batch_size == "auto" and encoder.clip_batch_size == 8
+    assert VideoEncoder(backbone, config=StreamingConfig(clip_batch_size=3)).clip_batch_size == 3
+    with pytest.raises(ValueError, match="positive integer or 'auto'"):
+        StreamingConfig(clip_batch_size=0)
+    per_clip = streaming.clip_bytes(backbone, 4)
+    assert per_clip > 64 * 64 * 3 * 4 * 4  # at least the fp32 pixels of 4 frames
+    monkeypatch.setattr(Backbone, "device", property(lambda self: torch.device("cuda")))
+    assert streaming.auto_clip_batch_size(backbone, 4, free_bytes=2 * 10 * per_clip) == 10
+    assert streaming.auto_clip_batch_size(backbone, 4, free_bytes=per_clip) == 1
+    assert streaming.auto_clip_batch_size(backbone, 4, free_bytes=10**15) == streaming.MAX_AUTO_CLIP_BATCH
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * 5 * per_clip, 10**12))
+    assert streaming.auto_clip_batch_size(backbone, 4) == 5
+
+
+def test_the_2b_clip_plan_fits_the_documented_batch_sizes():
+    """At the 2B shape (L = 16, 448², bf16) a clip plans about 0.6 GB: 64 clips on an 80 GB GPU."""
+    from types import SimpleNamespace
+
+    from models import streaming
+    from models.checkpoint import preset_config
+
+    config = preset_config("2b")
+    fake = SimpleNamespace(
+        model=SimpleNamespace(config=config), dtype=torch.bfloat16, temporal_patch=2, frame_size=448,
+        device=torch.device("cuda"),
+    )  # fmt: skip
+    per_clip = streaming.clip_bytes(fake, 16)
+    assert 0.4e9 < per_clip < 0.8e9
+    assert streaming.auto_clip_batch_size(fake, 16, free_bytes=76 * 2**30) == 64
+    assert 8 <= streaming.auto_clip_batch_size(fake, 16, free_bytes=14 * 2**30) <= 14
