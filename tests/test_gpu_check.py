@@ -48,7 +48,7 @@ def test_the_tiny_gpu_check_runs_every_mode_on_the_cpu_and_writes_one_report(tmp
     assert report["latency"]["oneshot_all_r"]["timings_ms_median"].get("encode", 0) > 0
     assert report["latency"]["indexed"]["timings_ms_median"].get("encode", 0) == 0
     assert report["engine"]["oneshot"]["clip_batch_size"] == 8  # "auto" on the CPU
-    assert report["total_s"] > 0
+    assert report["total_s"] > 0 and report["complete"] is True
 
 
 def test_the_shell_wrapper_hands_the_helper_tiny_out_and_workdir(tmp_path):
