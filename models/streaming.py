@@ -33,15 +33,65 @@ from models.selection import frames_per_clip, partition_clips
 logger = logging.getLogger(__name__)
 
 
+CPU_CLIP_BATCH = 8  # clips per backbone call on the CPU (and the "auto" choice there)
+MAX_AUTO_CLIP_BATCH = 64  # the "auto" choice's ceiling on a GPU
+AUTO_MEMORY_SHARE = 0.5  # share of the free GPU memory the "auto" choice plans to fill
+
+
+def clip_bytes(backbone: Backbone, clip_len: int) -> int:
+    """Estimated peak device bytes one clip of ``clip_len`` frames adds to an inference backbone call
+    at the backbone's working size: the uint8 frames, their fp32 and model-dtype pixel values, the
+    vision tower's widest activations per patch (residual, q/k/v, MLP), the text model's per token
+    (the same, the kept final hidden states, the deepstack features) and one layer's text attention
+    scores when the kernel materialises them; times 1.5 for the allocator's slack. A planning
+    figure for :func:`auto_clip_batch_size`; benchmarks/gpu_check.sh reports the measured peak."""
+    config = backbone.model.config
+    vision, text = config.vision_config, config.text_config
+    elem = torch.finfo(backbone.dtype).bits // 8
+    frames = clip_len + (-clip_len % backbone.temporal_patch)
+    side = backbone.frame_size
+    patches = frames // vision.temporal_patch_size * (side // vision.patch_size) ** 2
+    tokens = patches // vision.spatial_merge_size**2
+    pixel = frames * 3 * side * side * (1 + 4 + elem)
+    tower = patches * (4 * vision.hidden_size + 2 * vision.intermediate_size) * elem
+    kept = (1 + len(getattr(vision, "deepstack_visual_indexes", []) or [])) * text.hidden_size
+    lm = tokens * (4 * text.hidden_size + 3 * text.intermediate_size + kept) * elem
+    scores = text.num_attention_heads * tokens * tokens * elem
+    return int(1.5 * (pixel + tower + lm + scores))
+
+
+def auto_clip_batch_size(backbone: Backbone, clip_len: int, *, free_bytes: int | None = None) -> int:
+    """Clips per backbone call for ``clip_batch_size="auto"``: :data:`CPU_CLIP_BATCH` (8) on the CPU
+    (more clips only add latency there); on CUDA as many clips as fill :data:`AUTO_MEMORY_SHARE` of the
+    device's free memory (``free_bytes``, default ``torch.cuda.mem_get_info``; measured after the
+    weights are loaded) by :func:`clip_bytes`, between 1 and :data:`MAX_AUTO_CLIP_BATCH` (64). For the
+    2B backbone at L = 16 and 448² a clip plans about 0.6 GB: 64 on an 80 GB GPU, about 12 on 16 GB."""
+    device = backbone.device
+    if device.type != "cuda":
+        return CPU_CLIP_BATCH
+    if free_bytes is None:
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    fit = int(AUTO_MEMORY_SHARE * free_bytes) // max(1, clip_bytes(backbone, clip_len))
+    return max(1, min(MAX_AUTO_CLIP_BATCH, fit))
+
+
 @dataclass(frozen=True)
 class StreamingConfig:
     max_frames: int = 128  # K_max (§3.2)
     clip_len: int = 16  # L at the full budget (§3.2)
     max_evidence: int = 256  # M evidence tokens per clip (§3.2)
-    clip_batch_size: int = 8  # clips per backbone forward pass (shared across videos)
+    # clips per backbone forward pass (shared across videos); "auto": auto_clip_batch_size (8 on the
+    # CPU, from the free memory on a GPU). A throughput knob: the embeddings do not depend on it.
+    clip_batch_size: int | str = "auto"
     short_video_frames: int | None = None  # §3.1: at most this many frames -> one-shot (None: L)
 
     def __post_init__(self) -> None:
+        if self.clip_batch_size != "auto" and not (
+            isinstance(self.clip_batch_size, int) and self.clip_batch_size >= 1
+        ):
+            raise ValueError(
+                f"clip_batch_size must be a positive integer or 'auto', got {self.clip_batch_size!r}"
+            )
         if self.short_video_frames is None:
             object.__setattr__(self, "short_video_frames", self.clip_len)
 
@@ -120,6 +170,12 @@ class VideoEncoder:
         self.backbone = backbone
         self.head = head.to(backbone.device).eval() if head is not None else None
         self.config = config
+        # clips per backbone call: the config's, or with "auto" chosen once for this device
+        self.clip_batch_size: int = (
+            auto_clip_batch_size(backbone, config.clip_len)
+            if config.clip_batch_size == "auto"
+            else int(config.clip_batch_size)
+        )
         self.instruction = instruction
         # where query-conditioned encodings put the query text: the head's own training choice, or
         # the caller's, else the measured default (core.config); see TextConditioning
@@ -198,7 +254,7 @@ class VideoEncoder:
         ``clip_batch_size``; frames are sliced per batch, so memory does not grow with the number of
         clips. ``skip(video)`` is asked before a clip is batched: True drops it (early exit)."""
         jobs = self._clip_jobs(videos, self._prompt_texts(texts))
-        step = self.config.clip_batch_size
+        step = self.clip_batch_size
         while jobs:
             chunk: list = []
             in_chunk: set[int] = set()
@@ -367,7 +423,7 @@ class VideoEncoder:
 
     def _oneshot(self, videos: Sequence[VideoClip], texts) -> list[VideoEmbedding]:
         texts = self._prompt_texts(texts)
-        budget = self.config.clip_batch_size * self.config.clip_len  # frames per backbone call
+        budget = self.clip_batch_size * self.config.clip_len  # frames per backbone call
         results: list[VideoEmbedding] = []
         start = 0
         while start < len(videos):

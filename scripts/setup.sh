@@ -2,9 +2,9 @@
 # Creates .venv (if missing) and installs the project at the versions pinned in requirements.lock (a
 # pip constraints file; scripts/lock.sh refreshes it from pyproject.toml's ranges). Idempotent: a
 # stamp of pyproject.toml, the lock and the profile skips an install that is already done.
-#   bash scripts/setup.sh           what the tests need: .[dev,ray] (test tools; the Ray extra, whose
+#   bash scripts/setup.sh           what the tests need: .[cpu,dev,ray] (CPU FAISS, test tools; the Ray extra, whose
 #                                   build backend's test runs a real local Ray cluster)
-#   bash scripts/setup.sh runtime   what the demo runs: the project and its runtime dependencies
+#   bash scripts/setup.sh runtime   what the demo runs: .[cpu], the project and its runtime dependencies
 # torch/torchvision are pinned in pyproject.toml to the pair that installs and imports together
 # here; pip takes them from the local wheel store where one exists.
 # CUDA libraries (~3.2 GB of the ~6.5 GB venv) are installed on CPU-only machines too: the pinned
@@ -22,8 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-dev}
 case "$profile" in
-  dev) spec='.[dev,ray]' ;;
-  runtime) spec='.' ;;
+  dev) spec='.[cpu,dev,ray]' ;;
+  runtime) spec='.[cpu]' ;;
   *) echo "usage: bash scripts/setup.sh [dev|runtime]" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}

@@ -221,10 +221,16 @@ def gpu_count() -> int:
         return 0
 
 
+# GPU FAISS answers at most this many neighbours per query (k, and nprobe for IVF); deep result pages
+# ask for offset + shortlist + 1, up to about 10 000.
+GPU_MAX_K = 2048
+
+
 class GpuSearch:
     """Stage 1 on a GPU: a GPU copy of an ``IDMap2`` index's inner index (Flat or IVF; HNSW has no GPU
     version) with the id map kept here. Only unfiltered searches use it: an id selector (a metadata
-    filter) runs on the CPU index, which stays loaded."""
+    filter) runs on the CPU index, which stays loaded. So does a search for more than
+    :data:`GPU_MAX_K` neighbours (a deep page), which GPU FAISS refuses."""
 
     def __init__(self, index, device: int = 0):
         import faiss
@@ -232,12 +238,16 @@ class GpuSearch:
         self.resources = faiss.StandardGpuResources()
         inner = faiss.downcast_index(index.index)
         self.gpu = faiss.index_cpu_to_gpu(self.resources, device, inner)
-        nlist = ivf_nlist(index)
-        if nlist:
-            self.gpu.nprobe = ivf_nprobe(nlist)  # as search_params chooses on the CPU
+        self.cpu = index  # the IDMap2 index the copy was made from (deep pages search it)
+        self.nlist = ivf_nlist(index)
+        if self.nlist:
+            self.gpu.nprobe = ivf_nprobe(self.nlist)  # as search_params chooses on the CPU
         self.id_map = faiss.vector_to_array(index.id_map).astype(np.int64)
 
     def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if k > GPU_MAX_K:
+            params, _ = search_params(allowed_fids=None, nlist=self.nlist, k=k, ntotal=self.cpu.ntotal)
+            return self.cpu.search(q, k, params=params)
         scores, positions = self.gpu.search(q, k)
         labels = np.where(positions >= 0, self.id_map[np.clip(positions, 0, None)], -1)
         return scores, labels

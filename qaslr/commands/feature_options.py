@@ -69,7 +69,12 @@ def add_feature_arguments(p: argparse.ArgumentParser) -> None:
         + f" (default: {DEFAULT_RECIPE}; indexable is an older name of paper)",
     )
     g.add_argument("--instruction", default=None, help="backbone instruction (system message)")
-    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    g.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda, cuda:1, auto: the backbone's and (qaslr train) the head's device "
+        "(default auto: cuda if available)",
+    )
     g.add_argument(
         "--tasks",
         default=None,

@@ -42,6 +42,14 @@ RECIPE_FIELDS = (
 )
 
 
+def head_device(setting: str | None):
+    """Where the head trains: ``--device`` when given, else (None or ``auto``) CUDA when available,
+    as the backbone that fills the feature cache chooses."""
+    from models.backbone import pick_device
+
+    return pick_device(setting)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument(
@@ -236,8 +244,8 @@ def run(args: argparse.Namespace) -> int:
             evidence_sink=args.evidence_sink,
             identity_init=args.identity_init,
         )
-    if args.device:
-        model.to(args.device)
+    args.device = str(head_device(args.device))  # recorded in train_args.json as resolved
+    model.to(args.device)
     config = TrainConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,

@@ -232,3 +232,121 @@ def test_public_presets_have_the_public_sizes(preset, low, high):
     n = sum(p.numel() for p in model.parameters())
     assert low < n < high, f"{preset}: {n / 1e9:.2f}B parameters"
     assert config.text_config.hidden_size == {"2b": 2048, "8b": 4096}[preset]
+
+
+def test_the_cpu_load_picks_sdpa_and_embeds_as_eager_attention(tiny_checkpoint, backbone):
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+    from models.backbone import Qwen3VLForEmbedding, pick_attn_implementation
+
+    assert pick_attn_implementation(torch.device("cpu"), torch.float32) == "sdpa"
+    assert pick_attn_implementation(torch.device("cpu"), torch.bfloat16) == "sdpa"
+    assert backbone.model.config._attn_implementation == "sdpa"
+    assert backbone.model.config.vision_config._attn_implementation == "sdpa"
+    assert isinstance(backbone.model.model, Qwen3VLModel)
+    clips = [VideoClip(_frames(4, 11), [0, 2, 4, 6], 2.0), VideoClip(_frames(2, 12), [1, 3], 2.0)]
+    sdpa = backbone.embed_videos(clips, texts=["a red ball", None])
+    texts = backbone.embed_texts(["a red ball", "a dog"])
+    eager_net = Qwen3VLForEmbedding.from_pretrained(
+        str(tiny_checkpoint), dtype=torch.float32, attn_implementation="eager"
+    )
+    net, backbone.model = backbone.model, eager_net.eval()
+    try:
+        torch.testing.assert_close(
+            backbone.embed_videos(clips, texts=["a red ball", None]), sdpa, rtol=1e-4, atol=1e-5
+        )
+        torch.testing.assert_close(backbone.embed_texts(["a red ball", "a dog"]), texts, rtol=1e-4, atol=1e-5)
+    finally:
+        backbone.model = net
+
+
+def test_flash_attention_only_on_cuda_in_half_precision_with_flash_attn(monkeypatch):
+    import importlib.util
+
+    from models.backbone import pick_attn_implementation
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: object() if n == "flash_attn" else real(n, *a)
+    )
+    cuda = torch.device("cuda")
+    assert pick_attn_implementation(cuda, torch.bfloat16) == "flash_attention_2"
+    assert pick_attn_implementation(cuda, torch.float32) == "sdpa"
+    assert pick_attn_implementation(torch.device("cpu"), torch.bfloat16) == "sdpa"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "flash_attn" else real(n, *a))
+    assert pick_attn_implementation(cuda, torch.bfloat16) == "sdpa"
+
+
+def test_the_device_pixel_path_gives_the_cpu_path_bit_for_bit(backbone, monkeypatch):
+    """The CUDA path (frames pinned and moved as uint8, the processor told the device) run on the CPU:
+    the same pixel values, grids and tokens as the CPU path, bit for bit."""
+    from models.backbone import Backbone
+
+    clips = [VideoClip(_frames(3, 21), [0, 1, 2], 3.0), VideoClip(_frames(4, 22), [4, 5, 6, 7], 3.0)]
+    images = list(_frames(2, 23))
+
+    def run():
+        parts = backbone.clip_inputs(clips, texts=["x", None])
+        videos = backbone.prepare(parts["prompts"], videos=parts["videos"], metadata=parts["metadata"])
+        prompts = [backbone.render_prompt(image=True) for _ in images]
+        imgs = [backbone.to_device_uint8(torch.from_numpy(f)).permute(2, 0, 1) for f in images]
+        return dict(videos), dict(backbone.prepare(prompts, images=imgs)), parts["videos"]
+
+    cpu_videos, cpu_images, cpu_frames = run()
+    pinned, calls = [], []
+    real_prepare = backbone.processor.__class__.__call__
+
+    def spy(self, *args, **kwargs):
+        calls.append({k: v.get("device") for k, v in kwargs.items() if k.endswith("_kwargs")})
+        return real_prepare(self, *args, **kwargs)
+
+    monkeypatch.setattr(Backbone, "_on_device", lambda self: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: pinned.append(self.dtype) or self.clone())
+    monkeypatch.setattr(backbone.processor.__class__, "__call__", spy)
+    dev_videos, dev_images, dev_frames = run()
+    assert pinned and set(pinned) == {torch.uint8}
+    assert all(f.dtype == torch.uint8 for f in dev_frames)
+    assert calls == [{"videos_kwargs": "cpu"}, {"images_kwargs": "cpu"}]
+    for cpu, dev in ((cpu_videos, dev_videos), (cpu_images, dev_images)):
+        assert cpu.keys() == dev.keys()
+        for key in cpu:
+            assert torch.equal(cpu[key], dev[key]), key
+    for a, b in zip(cpu_frames, dev_frames, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_auto_clip_batch_is_8_on_the_cpu_and_scales_with_free_gpu_memory(backbone, monkeypatch):
+    from models import streaming
+    from models.backbone import Backbone
+
+    encoder = VideoEncoder(backbone, config=StreamingConfig(max_frames=8, clip_len=4))
+    assert StreamingConfig().clip_batch_size == "auto" and encoder.clip_batch_size == 8
+    assert VideoEncoder(backbone, config=StreamingConfig(clip_batch_size=3)).clip_batch_size == 3
+    with pytest.raises(ValueError, match="positive integer or 'auto'"):
+        StreamingConfig(clip_batch_size=0)
+    per_clip = streaming.clip_bytes(backbone, 4)
+    assert per_clip > 64 * 64 * 3 * 4 * 4  # at least the fp32 pixels of 4 frames
+    monkeypatch.setattr(Backbone, "device", property(lambda self: torch.device("cuda")))
+    assert streaming.auto_clip_batch_size(backbone, 4, free_bytes=2 * 10 * per_clip) == 10
+    assert streaming.auto_clip_batch_size(backbone, 4, free_bytes=per_clip) == 1
+    assert streaming.auto_clip_batch_size(backbone, 4, free_bytes=10**15) == streaming.MAX_AUTO_CLIP_BATCH
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * 5 * per_clip, 10**12))
+    assert streaming.auto_clip_batch_size(backbone, 4) == 5
+
+
+def test_the_2b_clip_plan_fits_the_documented_batch_sizes():
+    """At the 2B shape (L = 16, 448², bf16) a clip plans about 0.6 GB: 64 clips on an 80 GB GPU."""
+    from types import SimpleNamespace
+
+    from models import streaming
+    from models.checkpoint import preset_config
+
+    config = preset_config("2b")
+    fake = SimpleNamespace(
+        model=SimpleNamespace(config=config), dtype=torch.bfloat16, temporal_patch=2, frame_size=448,
+        device=torch.device("cuda"),
+    )  # fmt: skip
+    per_clip = streaming.clip_bytes(fake, 16)
+    assert 0.4e9 < per_clip < 0.8e9
+    assert streaming.auto_clip_batch_size(fake, 16, free_bytes=76 * 2**30) == 64
+    assert 8 <= streaming.auto_clip_batch_size(fake, 16, free_bytes=14 * 2**30) <= 14

@@ -21,6 +21,7 @@ def test_train_then_eval(synthetic_set, tiny_checkpoint, tmp_path, capsys):
     logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert logged.count(1) == 1  # the second run resumed at step 2 instead of starting over
     assert (out / "head" / "head.safetensors").is_file()
+    assert json.loads((out / "train_args.json").read_text())["device"] == "cpu"  # auto, and no GPU here
     assert (out / "gate" / "gate.safetensors").is_file()
     capsys.readouterr()
     report = tmp_path / "eval.json"
@@ -92,3 +93,15 @@ def test_train_takes_several_pair_files_and_prepares_their_cache_without_a_run(
                  *common, "--max-steps", "1", "--epochs", "1"])  # fmt: skip
     assert code == 0, capsys.readouterr().out
     assert "trained 1 steps" in capsys.readouterr().out
+
+
+def test_the_head_trains_on_cuda_when_available_unless_told(monkeypatch):
+    import torch
+
+    from qaslr.commands.train import head_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert head_device(None) == torch.device("cuda") and head_device("auto") == torch.device("cuda")
+    assert head_device("cpu") == torch.device("cpu") and head_device("cuda:1") == torch.device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert head_device(None) == torch.device("cpu")
