@@ -23,8 +23,10 @@ def _project() -> dict:
 
 
 def _installs(text: str) -> list[set[str]]:
-    """The extras named by each `pip install ... .[a,b]` in a script or Dockerfile."""
-    return [set(m.split(",")) for m in re.findall(r"pip install[^\n]*?\.\[([a-z0-9_,-]+)\]", text)]
+    """The extras named by each `pip install ... .[a,b]` in a script or Dockerfile, and by each install
+    profile of scripts/setup.sh (`spec='.[a,b]'`, which its pip install then takes)."""
+    pattern = r"(?:pip install[^\n]*?|spec=')\.\[([a-z0-9_,-]+)\]"
+    return [set(m.split(",")) for m in re.findall(pattern, text)]
 
 
 def test_faiss_is_no_core_dependency_and_each_extra_has_exactly_one():
