@@ -175,7 +175,7 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
         rows["r1@0.7"].append(float(overlap >= 0.7))
         right_hit = next((h for h in result.hits if h.video_id == right), None)
         embedding = None
-        if right_hit is not None and right_hit.reranked:
+        if right_hit is not None and right_hit.embedding is not None:  # re-encoded by a heavy tier
             r = needle_recall(right_hit, video, engine.index.frame_bank(right))
             if r is not None:
                 rows["needle_recall"].append(r)
