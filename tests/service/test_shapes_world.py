@@ -42,9 +42,9 @@ def world_index(tmp_path_factory, video_factory, tiny_world_checkpoint) -> Path:
         lines.append(json.dumps({"id": f"s{i}", "path": str(path), "metadata": {"kind": "single"}}))
     manifest = root / "manifest.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
-    flags = ["-K", "4", "--bank-per-second", "1", "--no-progress", "--workers", "1", "--frame-store", "none"]
+    options = {"frames": 4, "bank_per_second": 1, "workers": 1, "frame_store": "none"}
     return _build(
-        manifest, tmp_path_factory.mktemp("idx") / "world", tiny_world_checkpoint, None, flags=flags
+        manifest, tmp_path_factory.mktemp("idx") / "world", tiny_world_checkpoint, None, options=options
     )
 
 
