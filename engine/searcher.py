@@ -237,6 +237,7 @@ class Searcher:
                     allowed = self.index.filter_ids(p.filter)
                 except (ValueError, TypeError, KeyError) as exc:
                     raise InvalidRequest("filter", str(exc) or "malformed filter") from exc
+                result.warnings += self._unknown_filter_keys(p.filter)
         if allowed is not None and not allowed:
             result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
             return result
@@ -303,6 +304,21 @@ class Searcher:
                 hit.evidence, hit.moment, hit.moment_source = None, None, None
         result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
         return result
+
+    def _unknown_filter_keys(self, flt: dict) -> list[str]:
+        """A filter on a key no video of the index has matches nothing: say so, and name the keys
+        the index knows (its videos' metadata keys and the built-in fields)."""
+        known_of = getattr(self.index, "metadata_keys", None)
+        if known_of is None:
+            return []
+        known = known_of(builtin=True)
+        unknown = sorted(k for k in flt if k not in known)
+        if not unknown:
+            return []
+        names = ", ".join(f"'{k}'" for k in unknown)
+        return [
+            f"filter: no video of this index has {names} (so nothing matches); known keys: {', '.join(known)}"
+        ]
 
     def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
         """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot

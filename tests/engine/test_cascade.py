@@ -11,6 +11,8 @@ import pytest
 
 from engine.searcher import InvalidRequest
 
+pytestmark = pytest.mark.slow  # renders a shapes-world collection and indexes it (about a minute)
+
 
 def _iou(moment, start, end):
     inter = max(0.0, min(moment[1], end) - max(moment[0], start))
@@ -102,3 +104,16 @@ def test_clips_come_from_the_same_frame_scores_and_each_has_a_timeline(world_eng
 
 def test_warm_up_runs_every_stage_once(world_engine):
     assert world_engine.warm_up() > 0
+
+
+def test_a_filter_on_a_key_no_video_has_warns_and_names_the_known_keys(world_engine):
+    outcome = world_engine.searcher.search(
+        {"query": "a red square", "mode": "indexed", "filter": {"split": "test"}}
+    )
+    assert outcome.hits == []
+    (warning,) = [w for w in outcome.warnings if w.startswith("filter:")]
+    assert "'split'" in warning and "title" in warning and "duration_s" in warning
+    known = world_engine.searcher.search(
+        {"query": "a red square", "mode": "indexed", "filter": {"kind": "single"}}
+    )
+    assert known.hits and not [w for w in known.warnings if w.startswith("filter:")]
