@@ -14,7 +14,7 @@ from core.config import BANK_LEGACY_MAX_FRAMES, BANK_MAX_FRAMES, INDEX_BANK_CHUN
 from indexer import BuildOptions, add_to_index, build_index, index_stats
 from indexer.maintenance import verify_index
 from indexer.pipeline import SourceItem
-from indexer.store import IndexReader, read_manifest
+from indexer.store import IndexMismatchError, IndexReader, read_manifest
 
 K = 8
 LONG_S = 20 * 60  # a 20-minute video, 4 fps, 32x32
@@ -136,6 +136,13 @@ def test_an_index_with_the_old_cap_is_extended_with_its_own_policy(
         assert len(r.frame_bank("long").frame_indices) == BANK_LEGACY_MAX_FRAMES
         assert len(r.frame_bank("short").frame_indices) == 10
     assert verify_index(index).ok
+    # resuming it with `indexer build` takes its policy as flags; today's default cap is refused
+    with pytest.raises(IndexMismatchError):
+        build_index([SourceItem("short", short)], index, _opts(tiny_checkpoint))
+    again = build_index(
+        [SourceItem("short", short)], index, _opts(tiny_checkpoint, bank_frames=BANK_LEGACY_MAX_FRAMES)
+    )
+    assert again.stats.skipped == 1 and again.stats.indexed == 0
 
 
 def test_the_progress_bar_counts_video_minutes():
