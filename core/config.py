@@ -117,6 +117,7 @@ QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores
 DEFAULT_ONESHOT_CONDITIONING = TextConditioning.NONE
 DEFAULT_TEXT_CONDITIONING = DEFAULT_ONESHOT_CONDITIONING
 
+
 class FrameAggregate(StrEnum):
     """How the frame tier turns a candidate's bank relevance q·f_c into one score (engine.tiers.frame)."""
 
