@@ -42,13 +42,22 @@ DEFAULT_MAX_EVIDENCE = 256  # M: evidence tokens kept per clip
 
 # -- the frame bank (candidate frames for stage 2) -------------------------------------------------
 BANK_PER_SECOND = 1.0  # candidate frames per second of video
-BANK_MAX_FRAMES = 256  # at most this many per video
+# At most this many per video: 1 per second up to 4 hours, so the bank's density does not fall with a
+# video's length (a 256 cap left an hour-long video one bank frame every 14 s, and stage 2 cannot find
+# an event the bank never kept). Recorded in each index's manifest (``candidate_policy``).
+BANK_MAX_FRAMES = 4 * 3600
+# The cap of indexes built before that change; a manifest that records no cap was built with it.
+BANK_LEGACY_MAX_FRAMES = 256
 
 
 # -- index build throughput (`indexer build|add`; not recorded in the index) -----------------------
 INDEX_BATCH_VIDEOS = 4  # videos per model batch; their clips share backbone calls
 INDEX_CLIP_BATCH = 8  # clips per backbone forward pass
 INDEX_IMAGE_BATCH = 32  # frame-bank frames per backbone image call
+# A video with more bank frames than this decodes, stores and embeds its bank this many frames at a
+# time (one chunk ahead), so a build's pixels in memory stay bounded however long its videos are;
+# shorter videos decode their bank with their K frames at once, as before.
+INDEX_BANK_CHUNK = 256
 INDEX_DECODE_WORKERS = 2  # decode threads running ahead of the model
 
 
@@ -108,6 +117,7 @@ QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores
 # 87.5 +- 2.6, after 79.2 +- 1.5, before 76.0 +- 1.5 (stage 1: 59.4 +- 4.4). The query already chose
 # the frames; putting its text in the prompt moved v_ij further from v_j and ranked worse.
 DEFAULT_TEXT_CONDITIONING = TextConditioning.NONE
+
 
 
 class FrameAggregate(StrEnum):

@@ -45,6 +45,7 @@ from core.config import (
     DEFAULT_MAX_FRAMES,
     DEFAULT_MODEL_ID,
     FAISS_EXACT_MAX_VECTORS,
+    INDEX_BANK_CHUNK,
     INDEX_BATCH_VIDEOS,
     INDEX_CLIP_BATCH,
     INDEX_DECODE_WORKERS,
@@ -99,6 +100,7 @@ class BuildOptions:
     batch_videos: int = INDEX_BATCH_VIDEOS
     clip_batch: int = INDEX_CLIP_BATCH
     image_batch: int = INDEX_IMAGE_BATCH
+    bank_chunk: int = INDEX_BANK_CHUNK  # a longer bank is decoded and embedded this many frames at a time
     workers: int = INDEX_DECODE_WORKERS
     seed: int = 0
     retry_failed: bool = False
@@ -111,7 +113,7 @@ class BuildOptions:
     def check(self, *, build: bool = True) -> None:
         """Raise OptionsError for the first option out of range (``build=False``: only those `add`
         takes). Messages name the `indexer` flags."""
-        names = ["batch_videos", "clip_batch", "image_batch", "workers", "faiss_exact_max"]
+        names = ["batch_videos", "clip_batch", "image_batch", "bank_chunk", "workers", "faiss_exact_max"]
         if build:
             names = ["frames", "clip_len", "bank_frames", *names]
         for name in names:
@@ -145,8 +147,23 @@ class Progress(Protocol):
     def start(self, total: int) -> None:
         """Once the work is known: ``total`` videos to process in this run."""
 
-    def advance(self, videos: int, frames: int) -> None:
-        """After each committed batch: its videos and the frames decoded for them."""
+    def advance(self, videos: int, frames: int, seconds: float = 0.0) -> None:
+        """After each committed batch: its videos, the frames decoded for them and their seconds of
+        video (a Progress whose ``advance`` takes no ``seconds`` is still called with two)."""
+
+
+def _advance_of(progress: Progress) -> Callable[[int, int, float], None]:
+    """``progress.advance`` as a three-argument call, for implementations written before ``seconds``."""
+    import inspect
+
+    advance = progress.advance
+    try:
+        params = inspect.signature(advance).parameters
+    except (TypeError, ValueError):  # no signature to read: call it as the protocol says
+        return advance
+    if "seconds" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return lambda videos, frames, seconds: advance(videos, frames, seconds=seconds)
+    return lambda videos, frames, seconds: advance(videos, frames)
 
 
 @dataclass
@@ -209,6 +226,7 @@ class BuildJob:
                     batch_videos=options.batch_videos,
                     workers=options.workers,
                     image_batch=options.image_batch,
+                    bank_chunk=options.bank_chunk,
                     bank_per_second=m.bank_per_second,
                     bank_max_frames=m.bank_max_frames,
                     retry_failed=options.retry_failed,
@@ -242,7 +260,7 @@ class BuildJob:
         try:
             stats = self.builder.run(
                 self.items,
-                progress=progress.advance if progress is not None else None,
+                progress=_advance_of(progress) if progress is not None else None,
                 on_plan=progress.start if progress is not None else None,
                 on_commit=on_commit,
                 should_stop=stop,

@@ -116,9 +116,9 @@ class EmbedBatches:
         stats = BuildStats()
         stats.seconds["decode"] += sum(d.seconds - d.store_seconds for d in decoded)
         stats.seconds["store"] += sum(d.store_seconds for d in decoded)
-        frames = sum(len(d.union) for d in decoded if d.union is not None)
+        frames = sum(d.decoded_frames for d in decoded)
         entries = self.batch_encoder.process(decoded, stats)
-        result = BatchResult(entries, stats, frames)
+        result = BatchResult(entries, stats, frames, video_s=stats.video_s)
         return {"batch": row["batch"], "result": pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)}
 
 
@@ -187,9 +187,12 @@ class RayBatchSource:
 
     def decoded_bytes_bound(self) -> int:
         """The most bytes of pixels one decoded batch holds: K uniform plus the bank's candidate frames
-        per video, at the working size (at most frame_size² pixels), RGB."""
+        per video, at the working size (at most frame_size² pixels), RGB. A video with more bank frames
+        than ``bank_chunk`` holds only its K frames here: the embedding actor decodes its bank in
+        chunks (``pipeline.bank_chunks``, two chunks at a time)."""
         m = self.builder.writer.manifest
-        per_video = (m.max_frames + self.builder.options.bank_max_frames) * m.frame_size**2 * 3
+        o = self.builder.options
+        per_video = (m.max_frames + min(o.bank_max_frames, o.bank_chunk)) * m.frame_size**2 * 3
         return max(1, self.builder.options.batch_videos) * per_video
 
     def __call__(self, batches: list[list[SourceItem]]) -> Iterator[BatchResult]:

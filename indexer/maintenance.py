@@ -68,14 +68,31 @@ def index_stats(directory: str | Path) -> dict:
     indexed = by_status.get(STATUS_INDEXED, {})
     store_bytes = sum(v for k, v in files.items() if k.startswith(f"{FRAMES_DIR}/"))
     stored_videos, stored_frames = indexed.get("stored_videos", 0), indexed.get("stored_frames", 0)
+    hours = indexed.get("duration_s", 0.0) / 3600.0
+    bank_frames = indexed.get("bank_frames", 0)
+    bank_bytes = sum(v for k, v in files.items() if k.startswith(f"{BANK_DIR}/"))
+    # file bytes include the rows of removed videos until their batch's files are rewritten
+
+    def per_hour(n: float) -> float:
+        return n / hours if hours > 0 else 0.0
+
     return {
         "directory": str(directory),
         "manifest": json.loads(manifest.to_json()),
         STATUS_INDEXED: indexed.get("videos", 0),
         STATUS_FAILED: by_status.get(STATUS_FAILED, {}).get("videos", 0),
-        "indexed_hours": indexed.get("duration_s", 0.0) / 3600.0,
-        "bank_frames": indexed.get("bank_frames", 0),
-        # file bytes include the rows of removed videos until their batch's files are rewritten
+        "indexed_hours": hours,
+        "bank_frames": bank_frames,
+        # the frame bank's embeddings ([C, d] float16 per video) and the frame store's pixels, with
+        # what they take per frame and per hour of indexed video
+        "frame_bank": {
+            "policy": dict(manifest.candidate_policy),
+            "frames": bank_frames,
+            "bytes": bank_bytes,
+            "bytes_per_frame": bank_bytes / bank_frames if bank_frames else 0.0,
+            "frames_per_hour": per_hour(bank_frames),
+            "bytes_per_hour": per_hour(bank_bytes),
+        },
         "frame_store": {
             "codec": manifest.frame_store,
             "videos": stored_videos,
@@ -83,13 +100,14 @@ def index_stats(directory: str | Path) -> dict:
             "bytes": store_bytes,
             "bytes_per_video": store_bytes / stored_videos if stored_videos else 0.0,
             "bytes_per_frame": store_bytes / stored_frames if stored_frames else 0.0,
+            "bytes_per_hour": per_hour(store_bytes),
         },
         "failure_reasons": dict(reasons.most_common()),
         "bytes": {
             "total": sum(files.values()),
             "faiss": files.get(FAISS_FILE, 0),
             "metadata": files.get(METADATA, 0),
-            "frame_bank": sum(v for k, v in files.items() if k.startswith(f"{BANK_DIR}/")),
+            "frame_bank": bank_bytes,
             "frame_store": store_bytes,
         },
     }

@@ -4,9 +4,12 @@ Per video (docs/architecture.md, "Building an index"; paper §3.2, §A.4):
 
     probe (fps, frame count, size)      indexer.video.probe_video
     K uniform frames (Eq. 2, uniform)   models.selection.uniform_indices(num_frames, K)
-    C candidate frames (frame bank)     indexer.video.candidate_frame_indices (~1/s, <= 256)
+    C candidate frames (frame bank)     indexer.video.candidate_frame_indices (~1/s, <= 4 h of them)
     decode the *union* of both sets once, at the backbone's working resolution (no frame is
-    decoded twice in a build), in a thread pool that runs ahead of the model
+    decoded twice in a build), in a thread pool that runs ahead of the model; a video with more
+    than ``bank_chunk`` (256) bank frames decodes only its K frames there, and its bank is decoded,
+    stored and embedded ``bank_chunk`` frames at a time (:func:`bank_chunks`), so the pixels a build
+    holds stay bounded on hour-long videos
     encode the K frames                 models.streaming.VideoEncoder.encode (clips of L, Eq. 3-10;
                                         or one-shot) on a group of videos, so clips of several
                                         videos share backbone batches
@@ -22,9 +25,11 @@ Files written are documented in :mod:`indexer.store` and docs/architecture.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +42,7 @@ import numpy as np
 from core.config import (
     BANK_MAX_FRAMES,
     BANK_PER_SECOND,
+    INDEX_BANK_CHUNK,
     INDEX_BATCH_VIDEOS,
     INDEX_DECODE_WORKERS,
     INDEX_IMAGE_BATCH,
@@ -46,7 +52,7 @@ from core.errors import describe, strip_paths, summarize
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.store.faiss_index import automatic_switch
 from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
-from indexer.store.frames import encode_frames
+from indexer.store.frames import EncodedFrames, encode_frames
 from indexer.video import (
     VideoError,
     VideoInfo,
@@ -123,6 +129,7 @@ class BuilderOptions:
     image_batch: int = INDEX_IMAGE_BATCH  # frame-bank frames per backbone image call
     bank_per_second: float = BANK_PER_SECOND
     bank_max_frames: int = BANK_MAX_FRAMES
+    bank_chunk: int = INDEX_BANK_CHUNK  # longer banks: decoded and embedded this many frames at a time
     retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
     checkpoint_every_s: float = 30.0  # FAISS checkpoint interval (SQLite holds every commit anyway)
     faiss_factory: str | None = None  # final FAISS factory (None: keep the manifest's)
@@ -140,6 +147,8 @@ class BuildStats:
     failed_before: int = 0  # skipped because an earlier run recorded them as failed
     frames_decoded: int = 0
     frames_encoded: int = 0
+    video_s: float = 0.0  # seconds of video indexed
+    peak_frames_in_memory: int = 0  # the most decoded frames held at once (local builds)
     seconds: dict = field(
         default_factory=lambda: {
             "decode": 0.0,
@@ -162,6 +171,8 @@ class BuildStats:
         self.failed += part.failed
         self.frames_decoded += part.frames_decoded
         self.frames_encoded += part.frames_encoded
+        self.video_s += part.video_s
+        self.peak_frames_in_memory = max(self.peak_frames_in_memory, part.peak_frames_in_memory)
         self.stored_bytes += part.stored_bytes
         self.failures.extend(part.failures)
         for key in ("decode", "encode", "bank", "store"):
@@ -173,14 +184,16 @@ class BuildStats:
             f"videos: {self.total} in source, {self.indexed} indexed, {self.skipped} skipped "
             f"(done earlier, {self.failed_before} of them failed; --retry-failed retries those), "
             f"{self.failed} failed",
-            f"frames decoded: {self.frames_decoded}; frames encoded: {self.frames_encoded}",
+            f"frames decoded: {self.frames_decoded}; frames encoded: {self.frames_encoded}; "
+            f"video: {self.video_s / 60:.1f} min",
             f"time: wall {self.wall_s:.1f}s | decode {s['decode']:.1f}s (in {s.get('workers', 1)} worker(s), "
             f"model waited {s['decode_wait']:.1f}s) | encode {s['encode']:.1f}s | frame bank {s['bank']:.1f}s "
             f"| frame store {s['store']:.1f}s ({self.stored_bytes / 1e6:.2f} MB) | write {s['write']:.1f}s",
         ]
         if self.wall_s > 0 and self.indexed:
             lines.append(
-                f"throughput: {self.indexed / self.wall_s:.2f} videos/s, {self.frames_decoded / self.wall_s:.1f} frames/s"
+                f"throughput: {self.indexed / self.wall_s:.2f} videos/s, {self.frames_decoded / self.wall_s:.1f} frames/s, "
+                f"{self.video_s / 60 / self.wall_s * 60:.1f} video-minutes/min"
             )
         if self.faiss_switched_from:
             lines.append(
@@ -193,6 +206,21 @@ class BuildStats:
         return "\n".join(lines)
 
 
+class FrameGauge:
+    """Counts the decoded frames a build holds at once (thread-safe) and the most it held: the memory
+    bound of long videos, measured as a count of frames (not RSS)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.now += int(n)
+            self.peak = max(self.peak, self.now)
+
+
 @dataclass
 class Decoded:
     """A probed and decoded video, or the reason it could not be (``error``)."""
@@ -203,12 +231,86 @@ class Decoded:
     frames: np.ndarray | None = None  # [U, h, w, 3] the union of uniform and candidate frames
     union: np.ndarray | None = None  # [U] source frame indices of ``frames``
     uniform: np.ndarray | None = None  # [K_V] positions of the K uniform frames in ``union``
-    candidates: np.ndarray | None = None  # [C] positions of the candidate frames in ``union``
+    # [C] positions of the candidate frames in ``union``; None for a chunked (long) bank, which
+    # ``frames`` does not hold: :func:`bank_chunks` decodes it ``bank_chunk`` frames at a time
+    candidates: np.ndarray | None = None
+    bank: np.ndarray | None = None  # [C] source frame indices of the candidate frames
+    bank_chunk: int = INDEX_BANK_CHUNK
+    frame_size: tuple[int, int] | None = None  # (width, height) the frames are decoded at
+    frame_store: str = FrameStore.NONE
     error: str | None = None
     seconds: float = 0.0
     source_stat: str | None = None
     stored: object = None  # indexer.store.frames.EncodedFrames of the candidate frames (frame store)
     store_seconds: float = 0.0
+    gauge: FrameGauge | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def chunked(self) -> bool:
+        return self.bank is not None and self.candidates is None
+
+    @property
+    def decoded_frames(self) -> int:
+        """Frames decoded for this video: the union, plus a chunked bank's frames outside it."""
+        if self.union is None:
+            return 0
+        if not self.chunked:
+            return len(self.union)
+        return len(self.union) + int(np.count_nonzero(~np.isin(self.bank, self.union)))
+
+    def __getstate__(self):  # the gauge stays in its process (Ray pickles decoded batches)
+        state = dict(self.__dict__)
+        state["gauge"] = None
+        return state
+
+    def drop_frames(self) -> None:
+        """Free the pixels (and count them out of the gauge)."""
+        if self.frames is not None and self.gauge is not None:
+            self.gauge.add(-len(self.frames))
+        self.frames = None
+
+
+def bank_chunks(d: Decoded) -> Iterator[tuple[np.ndarray, EncodedFrames | None, float, float]]:
+    """A chunked video's bank frames, ``d.bank_chunk`` at a time in bank order: (frames, their frame-
+    store encoding or None, decode seconds, store seconds). The next chunk is decoded (and encoded for
+    the store) in a helper thread while the caller embeds this one, so at most two chunks are held.
+    Frames among the K uniform ones are copied from ``d.frames``, not decoded again."""
+    width, height = d.frame_size
+    spans = [d.bank[s : s + d.bank_chunk] for s in range(0, len(d.bank), max(1, d.bank_chunk))]
+
+    def load(idx: np.ndarray):
+        t = time.perf_counter()
+        frames = np.empty((len(idx), height, width, 3), dtype=np.uint8)
+        have = np.isin(idx, d.union)
+        if have.any():
+            frames[have] = d.frames[np.searchsorted(d.union, idx[have])]
+        if not have.all():
+            frames[~have] = decode_frames(d.item.path, idx[~have], size=d.frame_size)
+        if d.gauge is not None:
+            d.gauge.add(len(frames))
+        decode_s = time.perf_counter() - t
+        t = time.perf_counter()
+        stored = encode_frames(frames, d.frame_store) if d.frame_store != FrameStore.NONE else None
+        return frames, stored, decode_s, time.perf_counter() - t
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bank") as pool:
+        pending = pool.submit(load, spans[0]) if spans else None
+        try:
+            for i in range(len(spans)):
+                frames, stored, decode_s, store_s = pending.result()
+                pending = pool.submit(load, spans[i + 1]) if i + 1 < len(spans) else None
+                try:
+                    yield frames, stored, decode_s, store_s
+                finally:
+                    if d.gauge is not None:
+                        d.gauge.add(-len(frames))
+                    del frames
+        finally:  # abandoned (an error while embedding): the chunk decoded ahead is counted out too
+            if pending is not None and not pending.cancel():
+                with contextlib.suppress(Exception):
+                    ahead = len(pending.result()[0])
+                    if d.gauge is not None:
+                        d.gauge.add(-ahead)
 
 
 def decode_video(
@@ -219,12 +321,15 @@ def decode_video(
     bank_per_second: float,
     bank_max: int,
     frame_store: str = FrameStore.NONE,
+    bank_chunk: int = INDEX_BANK_CHUNK,
+    gauge: FrameGauge | None = None,
 ) -> Decoded:
-    """Probe and decode one video (runs in the decode pool). Never raises for bad input."""
+    """Probe and decode one video (runs in the decode pool). Never raises for bad input. A video with
+    more than ``bank_chunk`` candidate frames decodes only its K frames here (its bank: :func:`bank_chunks`)."""
     from models.selection import uniform_indices
 
     start = time.perf_counter()
-    out = Decoded(item=item)
+    out = Decoded(item=item, bank_chunk=max(1, int(bank_chunk)), frame_store=frame_store, gauge=gauge)
     try:
         if not item.path.is_file():
             raise VideoError("file not found")
@@ -234,12 +339,17 @@ def decode_video(
         out.info = info
         uniform = uniform_indices(info.num_frames, max_frames)  # fewer than K for short videos
         cand = candidate_frame_indices(info, max_frames=bank_max, per_second=bank_per_second)
-        union = np.union1d(uniform, cand)  # each frame decoded once
-        out.frames = decode_frames(item.path, union, size=frame_shape(info.width, info.height))
+        chunked = len(cand) > out.bank_chunk
+        union = np.unique(uniform) if chunked else np.union1d(uniform, cand)  # each frame decoded once
+        out.frame_size = tuple(int(x) for x in frame_shape(info.width, info.height))
+        out.frames = decode_frames(item.path, union, size=out.frame_size)
+        if gauge is not None:
+            gauge.add(len(out.frames))
         out.union = union
+        out.bank = cand
         out.uniform = np.searchsorted(union, uniform)
-        out.candidates = np.searchsorted(union, cand)
-        if frame_store != FrameStore.NONE:
+        out.candidates = None if chunked else np.searchsorted(union, cand)
+        if frame_store != FrameStore.NONE and not chunked:
             t = time.perf_counter()
             out.stored = encode_frames(out.frames[out.candidates], frame_store)
             out.store_seconds = time.perf_counter() - t
@@ -287,6 +397,7 @@ class Builder:
             bank_per_second=self.options.bank_per_second,
             bank_max=self.options.bank_max_frames,
             frame_store=m.frame_store,
+            bank_chunk=self.options.bank_chunk,
         )
 
     def plan(self, items: Sequence[SourceItem], stats: BuildStats) -> list[list[SourceItem]]:
@@ -313,13 +424,13 @@ class Builder:
         self,
         items: Sequence[SourceItem],
         *,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[int, int, float], None] | None = None,
         on_plan: Callable[[int], None] | None = None,
         on_commit: Callable[[int], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         batch_source: Callable[[list[list[SourceItem]]], Iterator[BatchResult]] | None = None,
     ) -> BuildStats:
-        """Index every item not yet in the index. ``progress(videos, frames)`` after each batch;
+        """Index every item not yet in the index. ``progress(videos, frames, video_seconds)`` after each batch;
         ``on_plan(n_pending)`` once the work is known; ``on_commit(n_batches_committed)`` right after
         each batch's commit (tests inject faults there); ``should_stop()`` is asked before each batch,
         and a true answer ends the build cleanly (``stats.stopped``) with everything committed kept.
@@ -354,7 +465,7 @@ class Builder:
                 if on_commit is not None:
                     on_commit(committed)
                 if progress:
-                    progress(len(result.entries), result.frames)
+                    progress(len(result.entries), result.frames, result.video_s)
                 if committed < len(batches) and stop():
                     break
         finally:
@@ -391,6 +502,7 @@ class Builder:
             self.encoder, embed_dim=self.writer.manifest.embed_dim, image_batch=opts.image_batch
         )
         decode_kwargs = self.decode_kwargs()
+        gauge = FrameGauge()
         with ThreadPoolExecutor(max_workers=max(1, opts.workers), thread_name_prefix="decode") as pool:
             queue: deque[list[Future]] = deque()
             next_batch = 0
@@ -399,7 +511,10 @@ class Builder:
                 nonlocal next_batch
                 while next_batch < len(batches) and len(queue) < max(1, opts.prefetch_batches) + 1:
                     queue.append(
-                        [pool.submit(decode_video, it, **decode_kwargs) for it in batches[next_batch]]
+                        [
+                            pool.submit(decode_video, it, gauge=gauge, **decode_kwargs)
+                            for it in batches[next_batch]
+                        ]
                     )
                     next_batch += 1
 
@@ -414,9 +529,10 @@ class Builder:
                     part = BuildStats()
                     part.seconds["decode"] += sum(d.seconds - d.store_seconds for d in decoded)
                     part.seconds["store"] += sum(d.store_seconds for d in decoded)
-                    frames = sum(len(d.union) for d in decoded if d.union is not None)
+                    frames = sum(d.decoded_frames for d in decoded)
                     entries = batch_encoder.process(decoded, part)
-                    yield BatchResult(entries, part, frames, waited)
+                    part.peak_frames_in_memory = gauge.peak
+                    yield BatchResult(entries, part, frames, waited, part.video_s)
             finally:
                 for futures in queue:
                     for f in futures:
@@ -431,6 +547,7 @@ class BatchResult:
     stats: BuildStats
     frames: int = 0  # frames decoded, for the progress bar
     waited_s: float = 0.0  # how long the model waited for this batch's decoding
+    video_s: float = 0.0  # seconds of video indexed in this batch, for the progress bar
 
 
 class BatchEncoder:
@@ -448,7 +565,7 @@ class BatchEncoder:
         from models.backbone import VideoClip
 
         ok = [d for d in decoded if d.error is None]
-        stats.frames_decoded += sum(len(d.union) for d in ok)
+        stats.frames_decoded += sum(d.decoded_frames for d in ok)
         t = time.perf_counter()
         finals = self._guarded(
             ok,
@@ -485,14 +602,19 @@ class BatchEncoder:
                 stats.failures.append((d.item.id, d.error))
                 logger.warning("cannot index %s: %s", d.item.id, d.error)
                 entries.append(Entry(record, source_stat=d.source_stat))
+                d.drop_frames()
                 continue
             stats.indexed += 1
-            stats.frames_encoded += len(d.uniform) + len(d.candidates)
+            stats.video_s += info.duration_s
+            stats.frames_encoded += len(d.uniform) + len(d.bank)
+            if d.chunked:  # its bank was decoded and stored while it was embedded
+                stats.seconds["decode"] += d.seconds
+                stats.seconds["store"] += d.store_seconds
             entries.append(
                 Entry(
                     record,
                     embedding=finals[id(d)],
-                    bank_indices=d.union[d.candidates],
+                    bank_indices=d.bank,
                     bank_embeddings=banks[id(d)],
                     source_stat=d.source_stat,
                     stored_frames=d.stored,
@@ -500,18 +622,42 @@ class BatchEncoder:
             )
             if d.stored is not None:
                 stats.stored_bytes += d.stored.nbytes
-            d.frames = None  # free the pixels early
+            d.drop_frames()  # free the pixels early
         return entries
 
     def _embed_banks(self, group: list[Decoded]) -> list[np.ndarray]:
-        """Candidate frames of all videos in the group, embedded as images in shared batches."""
-        frames = [f for d in group for f in d.frames[d.candidates]]  # sum C frames [h_v, w_v, 3]
+        """Candidate frames of all videos in the group, embedded as images in shared batches; a
+        chunked (long) video's bank chunk by chunk (:meth:`_embed_chunked`)."""
+        held = [d for d in group if not d.chunked]
+        frames = [f for d in held for f in d.frames[d.candidates]]  # sum C frames [h_v, w_v, 3]
         out = np.empty((len(frames), self.embed_dim), dtype=np.float16)
         step = max(1, self.image_batch)
         for s in range(0, len(frames), step):
             out[s : s + step] = self.backbone.embed_images(frames[s : s + step]).float().cpu().numpy()
-        bounds = np.cumsum([0] + [len(d.candidates) for d in group])
-        return [out[bounds[i] : bounds[i + 1]] for i in range(len(group))]
+        bounds = np.cumsum([0] + [len(d.candidates) for d in held])
+        banks = {id(d): out[bounds[i] : bounds[i + 1]] for i, d in enumerate(held)}
+        return [banks[id(d)] if id(d) in banks else self._embed_chunked(d) for d in group]
+
+    def _embed_chunked(self, d: Decoded) -> np.ndarray:
+        """A long video's bank, ``d.bank_chunk`` frames at a time (:func:`bank_chunks`); sets its
+        frame-store frames (``d.stored``) and adds the chunks' decode and store time to ``d``."""
+        out = np.empty((len(d.bank), self.embed_dim), dtype=np.float16)
+        step = max(1, self.image_batch)
+        blobs, shapes, row, decode_s, store_s = [], [], 0, 0.0, 0.0
+        for frames, stored, dec, sto in bank_chunks(d):
+            for s in range(0, len(frames), step):
+                part = list(frames[s : s + step])
+                out[row + s : row + s + len(part)] = self.backbone.embed_images(part).float().cpu().numpy()
+            row += len(frames)
+            decode_s, store_s = decode_s + dec, store_s + sto
+            if stored is not None:
+                blobs.extend(stored.blobs)
+                shapes.extend(stored.shapes)
+        if d.frame_store != FrameStore.NONE:
+            d.stored = EncodedFrames(codec=str(d.frame_store), blobs=blobs, shapes=shapes)
+        # counted by process (the decode pool's time was counted before)
+        d.seconds, d.store_seconds = decode_s, store_s
+        return out
 
     def _guarded(self, group: list[Decoded], fn) -> dict[int, np.ndarray]:
         """Run ``fn`` on the whole group; if it fails, retry video by video so that one bad video

@@ -102,7 +102,7 @@ def candidate_frame_indices(
     info: VideoInfo, *, max_frames: int = BANK_MAX_FRAMES, per_second: float = BANK_PER_SECOND
 ) -> np.ndarray:
     """The frame bank's candidate frames: about ``per_second`` frames per second, at most ``max_frames``
-    (ReToken's K1 = 256), at segment centres; sorted and unique."""
+    (core.config.BANK_MAX_FRAMES: 4 h at 1 fps; ReToken's K1 was 256), at segment centres; sorted and unique."""
     from models.selection import uniform_indices
 
     wanted = max(1, min(max_frames, int(round(info.duration_s * per_second))))

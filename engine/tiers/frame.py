@@ -8,7 +8,7 @@ uses for Eq. 2), and a candidate's frame score aggregates them:
     top2      mean of the two best q·f_c          a brief event spans a few bank frames
     z         (max_c q·f_c - median_c) / MAD_c    the peak on the video's own scale
 
-The shortlist's banks are scored in one matrix product. The aggregate was chosen by
+Each of the shortlist's banks is scored in one matrix-vector product. The aggregate was chosen by
 ``benchmarks/bench_quality.py`` (the default: :data:`core.config.FRAME_AGGREGATE`).
 """
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from core.config import FRAME_AGGREGATE, FrameAggregate
 from engine.hits import Hit, ordered
+from engine.moments import relevance_scores
 from engine.tiers import register
 from engine.tiers.base import Tier, TierRequest
 
@@ -56,10 +57,9 @@ class FrameTier(Tier):
             return hits
         q = request.q_vec
         with request.clock.stage("frame"):
-            banks = [self.index.frame_bank(h.video_id) for h in hits]
-            sizes = [len(b.frame_indices) for b in banks]
-            stacked = np.concatenate([np.asarray(b.embeddings, dtype=np.float32) for b in banks])
-            relevance = np.split(stacked @ q, np.cumsum(sizes)[:-1])  # one product for the shortlist
+            # one product per bank, read from the float16 bank in place (no float32 copy of the
+            # whole shortlist: with hour-long banks that copy cost more than the products)
+            relevance = [relevance_scores(self.index.frame_bank(h.video_id).embeddings, q) for h in hits]
             for hit, rel in zip(hits, relevance, strict=True):
                 hit.score = frame_score(rel, self.aggregate)
                 hit.frame_score = hit.score

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import BANK_MAX_FRAMES, BANK_PER_SECOND, Embedder, FrameStore, candidate_policy
+from core.config import BANK_LEGACY_MAX_FRAMES, BANK_PER_SECOND, Embedder, FrameStore, candidate_policy
 from core.files import atomic_write
 
 FORMAT_VERSION = 1
@@ -99,7 +99,8 @@ class Manifest:
 
     @property
     def bank_max_frames(self) -> int:
-        return int(self.candidate_policy.get("max_frames", BANK_MAX_FRAMES))
+        # a policy that records no cap predates the per-hour bound: its videos were capped at 256
+        return int(self.candidate_policy.get("max_frames", BANK_LEGACY_MAX_FRAMES))
 
     @property
     def uses_head(self) -> bool:

@@ -165,12 +165,14 @@ class _StopOnSignal:
 
 
 class TqdmProgress:
-    """The build's progress (:class:`indexer.Progress`) as a tqdm bar with the frames/s decoded."""
+    """The build's progress (:class:`indexer.Progress`) as a tqdm bar with the frames/s decoded and
+    the minutes of video indexed (files alone say little when a video may last an hour)."""
 
     def __init__(self, *, disable: bool = False):
         self.disable = disable
         self.bar = None
         self.frames = 0
+        self.seconds = 0.0
         self.started = time.perf_counter()
 
     def start(self, total: int) -> None:
@@ -178,12 +180,20 @@ class TqdmProgress:
 
         self.bar = tqdm(total=total, unit="video", dynamic_ncols=True, disable=self.disable, desc="indexing")
 
-    def advance(self, videos: int, frames: int) -> None:
+    def advance(self, videos: int, frames: int, seconds: float = 0.0) -> None:
         self.frames += frames
+        self.seconds += seconds
         if self.bar is not None:
             self.bar.update(videos)
-            rate = self.frames / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{rate:.1f} frames/s")
+            elapsed = max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix_str(self.postfix(elapsed))
+
+    def postfix(self, elapsed: float) -> str:
+        minutes = self.seconds / 60.0
+        return (
+            f"{minutes:.1f} video-minutes ({minutes / elapsed * 60:.1f}/min), "
+            f"{self.frames / elapsed:.1f} frames/s"
+        )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -275,14 +285,20 @@ def run_stats(args) -> int:
         f"N={m['num_think_tokens']} M={m['max_evidence']} bank {m['candidate_policy']} FAISS {m['faiss_factory']}"
     )
     print(f"  videos: {stats['indexed']} indexed ({stats['indexed_hours']:.2f} h), {stats['failed']} failed")
-    print(f"  frame bank: {stats['bank_frames']} frames")
+    fb = stats["frame_bank"]
+    print(
+        f"  frame bank: {stats['bank_frames']} frames, {fb['bytes'] / 1e6:.2f} MB "
+        f"({fb['bytes_per_frame']:.0f} B per frame; per hour of video: {fb['frames_per_hour']:.0f} frames, "
+        f"{fb['bytes_per_hour'] / 1e6:.2f} MB)"
+    )
     fs = stats["frame_store"]
     if fs["codec"] == FrameStore.NONE:
         print("  frame store: none (stage 2 decodes frames from the source videos)")
     else:
         print(
             f"  frame store: {fs['codec']}, {fs['videos']} video(s), {fs['bytes'] / 1e6:.2f} MB: "
-            f"{fs['bytes_per_video'] / 1e6:.2f} MB per video, {fs['bytes_per_frame'] / 1e3:.1f} kB per frame"
+            f"{fs['bytes_per_video'] / 1e6:.2f} MB per video, {fs['bytes_per_frame'] / 1e3:.1f} kB per frame, "
+            f"{fs['bytes_per_hour'] / 1e6:.1f} MB per hour of video"
         )
     b = stats["bytes"]
     print(
