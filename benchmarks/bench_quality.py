@@ -246,6 +246,8 @@ def order_accuracy(engine, corpus, mode: Mode, args) -> float:
             "query": query, "mode": mode.search, "top_k": n, "shortlist": n, "frames": args.frames,
             "exit_threshold": mode.exit_threshold, **dict(mode.request),
         }  # fmt: skip
+        if "heavy" in request:  # the shortlist is the whole (smaller) order corpus
+            request["heavy"] = min(request["heavy"], n)
         ids = [h.video_id for h in engine.searcher.search(request).hits]
         wins.append(float(ids.index(right) < ids.index(mirror)) if mirror in ids else 0.0)
     return float(np.mean(wins)) if wins else float("nan")
