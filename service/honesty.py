@@ -32,8 +32,7 @@ def _preset_of(directory: str) -> str | None:
 
 def is_shapes_world(engine) -> bool:
     """Whether ``engine`` serves the shapes-world backbone (its checkpoint says preset tiny-world)."""
-    settings = getattr(engine, "settings", None)
-    model = getattr(settings, "model", None)
+    model = getattr(getattr(engine, "config", None), "model", None)  # the engine's EngineConfig
     if not model or not Path(str(model)).is_dir():  # a hub id is never the shapes-world backbone
         return False
     return _preset_of(str(Path(str(model)).resolve())) == SHAPES_WORLD_PRESET

@@ -14,7 +14,7 @@ from tests.service.conftest import _build, live_server
 
 
 def _engine(model) -> SimpleNamespace:
-    return SimpleNamespace(settings=SimpleNamespace(model=model), random_weights=False)
+    return SimpleNamespace(config=SimpleNamespace(model=model), random_weights=False)
 
 
 def test_the_marker_is_the_checkpoints_own_preset(tiny_world_checkpoint, tiny_checkpoint, tmp_path):
