@@ -1,7 +1,7 @@
 """Dynamic batching of stage-2 backbone work across concurrent requests.
 
 The heavy tier of every request hands its clips (the candidates' selected frames) to one
-:class:`EncodeBatcher`; a single batcher thread runs them in shared ``VideoEncoder.encode`` calls:
+:class:`EncodeBatcher`; batcher threads run them in shared ``VideoEncoder.encode`` calls:
 
 - a batch starts when the oldest waiting clip has waited ``max_wait_s`` (a few ms: a lone request
   pays at most that) or when ``max_frames`` frames are waiting, whichever comes first;
@@ -10,6 +10,9 @@ The heavy tier of every request hands its clips (the candidates' selected frames
   a request larger than the budget is split over consecutive batches;
 - only clips of the same encoder and early-exit policy share a call; within a call the clips are
   sorted by (frame shape, length), so padded backbone batches hold like shapes;
+- ``workers`` threads take batches from the one queue (one on a GPU; on a CPU, as many as the
+  cores allow beside torch's own threads: a batch runs while the next one forms); with several,
+  a streaming head's time (``head_s``) is shared out approximately;
 - the queue is bounded (``max_queued`` clips waiting): beyond it :meth:`submit` raises
   :class:`engine.worker.QueueFull` (HTTP 429);
 - a request that is cancelled (its client went away) or whose deadline passed has its waiting clips
@@ -22,6 +25,7 @@ are padded per clip and the streaming head keeps one state per video).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -32,7 +36,14 @@ import torch
 
 from engine.worker import QueueFull
 
-__all__ = ["BatchStats", "EncodeBatcher", "EncodeCancelled", "EncodeTicket", "serialize_processor"]
+__all__ = [
+    "BatchStats",
+    "EncodeBatcher",
+    "EncodeCancelled",
+    "EncodeTicket",
+    "auto_workers",
+    "serialize_processor",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,18 +119,24 @@ class EncodeBatcher:
         max_wait_s: float = 0.005,
         max_frames: int = 128,
         max_queued: int = 4096,
+        workers: int = 1,
         on_batch: Callable[[BatchStats], None] | None = None,
     ):
         self.max_wait_s = float(max_wait_s)
         self.max_frames = max(1, int(max_frames))
         self.max_queued = int(max_queued)
+        self.workers = max(1, int(workers))
         self.on_batch = on_batch
         self._queue: deque[EncodeTicket] = deque()
         self._queued_clips = 0
         self._cond = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="qaslr-batcher", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"qaslr-batcher-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def queued_clips(self) -> int:
@@ -283,6 +300,15 @@ class EncodeBatcher:
                 self.on_batch(BatchStats(len(videos), frames, len(pieces), seconds))
             except Exception:
                 logger.exception("the batch observer failed")
+
+
+def auto_workers(device) -> int:
+    """Batcher threads for a backbone on ``device``: one on a GPU (one stream of big batches); on a
+    CPU, the cores that torch's intra-op threads leave (at least one, at most four)."""
+    if str(device).startswith("cuda"):
+        return 1
+    cores = os.cpu_count() or 1
+    return max(1, min(4, cores // max(1, torch.get_num_threads())))
 
 
 class _SerializedProcessor:

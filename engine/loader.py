@@ -203,15 +203,17 @@ def _searcher_for(
     return encoder, searcher
 
 
-def make_batcher(config: EngineConfig, clip_len: int) -> EncodeBatcher | None:
+def make_batcher(config: EngineConfig, clip_len: int, device="cpu") -> EncodeBatcher | None:
     """The stage-2 batcher ``config`` asks for (None with ``batching`` off): at most
-    ``batch_max_frames`` frames per call (0: ``clip_batch_size`` clips of the index's ``clip_len``)."""
+    ``batch_max_frames`` frames per call (0: ``clip_batch_size`` clips of the index's ``clip_len``),
+    on ``batch_workers`` threads (0: :func:`engine.batching.auto_workers` for ``device``)."""
     if not config.batching:
         return None
-    from engine.batching import EncodeBatcher
+    from engine.batching import EncodeBatcher, auto_workers
 
     frames = config.batch_max_frames or config.clip_batch_size * int(clip_len)
-    return EncodeBatcher(max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames)
+    workers = config.batch_workers or auto_workers(device)
+    return EncodeBatcher(max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers)
 
 
 def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
@@ -247,7 +249,7 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
             )
         cache = make_cache(config, on_error=on_cache_error)
         rerank = load_rerank_model(config, backbone)
-        batcher = make_batcher(config, m.clip_len)
+        batcher = make_batcher(config, m.clip_len, backbone.device)
         try:
             encoder, searcher = _searcher_for(
                 index, config, backbone, loaded.head, cache, rerank=rerank, batcher=batcher
@@ -276,6 +278,9 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         "rerank": "streaming head" if searcher.reranker.streaming else "one-shot",
         "rerank_head": rerank.fingerprint,
         "early_exit_gate": rerank.gate is not None,
+        "batching": None
+        if batcher is None
+        else {"workers": batcher.workers, "max_frames": batcher.max_frames},
     }
     logger.info("search engine ready: %s", info)
     return Engine(

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         _E.batch_max_frames, ge=0,
         description="with batching: frames per shared encode call (0 = clip_batch_size x the index's clip length L)",
     )  # fmt: skip
+    batch_workers: int = Field(
+        _E.batch_workers, ge=0, le=64,
+        description="with batching: threads running batched encodes (0 = one on a GPU; on a CPU, the cores "
+        "torch's own threads leave)",
+    )  # fmt: skip
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
     warm_up: bool = Field(
         True,
