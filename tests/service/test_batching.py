@@ -23,7 +23,7 @@ def _metric(text: str, name: str) -> float:
 def test_concurrent_searches_are_batched_and_timed(make_settings):
     from service.app import create_app
 
-    app = create_app(make_settings(batch_max_wait_ms=50))
+    app = create_app(make_settings(batch_max_wait_ms=300, batch_max_frames=1024, batch_workers=1))
     with live_server(app) as client:
         state = app.state.qaslr
         assert state.worker.threads == state.settings.queue_size + 1
