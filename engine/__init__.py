@@ -9,7 +9,8 @@ benchmark, a batch job or a notebook. Modules: :mod:`engine.config` (the one con
 :mod:`engine.loader` (index + backbone + head + cache -> :class:`Engine`), :mod:`engine.searcher`
 (the two stages), :mod:`engine.tiers` (stage-2 tiers), :mod:`engine.frames` and :mod:`engine.cache`
 (stage-2 pixels), :mod:`engine.moments` (moments and timelines), :mod:`engine.worker` (the bounded
-model queue).
+model queue and its search threads), :mod:`engine.batching` (stage-2 encodes of concurrent searches in
+shared backbone calls).
 """
 
 from engine.config import EngineConfig

@@ -15,6 +15,7 @@ cannot be read (damaged file, CRC mismatch) is decoded from the source instead, 
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -70,6 +71,7 @@ class FrameSource:
         self.decoded_frames = 0  # frames decoded from video files over this source's life
         self.store_frames = 0  # frames read from the frame store over this source's life
         self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # concurrent searches share the counters and the pool
 
     def frame_shape(self, record) -> tuple[int, int]:
         """(w, h) at which this video's frames reach the backbone."""
@@ -126,8 +128,9 @@ class FrameSource:
                 failed[r] = got
                 continue
             n_store = len(got.from_store)
-            self.store_frames += n_store
-            self.decoded_frames += len(missing) - n_store
+            with self._lock:
+                self.store_frames += n_store
+                self.decoded_frames += len(missing) - n_store
             stats.store_frames += n_store
             stats.decoded_frames += len(missing) - n_store
             if got.store_errors:
@@ -181,11 +184,13 @@ class FrameSource:
         return out
 
     def _decode_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.decode_workers, thread_name_prefix="qaslr-decode")
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.decode_workers, thread_name_prefix="qaslr-decode")
+            return self._pool
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)

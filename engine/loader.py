@@ -19,6 +19,7 @@ from core.errors import ConfigurationError, summarize
 from engine.config import EngineConfig
 
 if TYPE_CHECKING:
+    from engine.batching import EncodeBatcher
     from engine.cache import FrameCache
     from engine.searcher import Searcher
     from indexer.store import IndexReader
@@ -44,6 +45,7 @@ class Engine:
     info: dict = field(default_factory=dict)
     head_fingerprint: str = Embedder.ONESHOT
     rerank: RerankModel = field(default_factory=lambda: RerankModel())
+    batcher: EncodeBatcher | None = None  # stage-2 encodes of concurrent searches (config.batching)
 
     @property
     def head(self) -> StreamingHead | None:
@@ -72,7 +74,7 @@ class Engine:
             )
             encoder, searcher = _searcher_for(
                 new_index, self.config, self.encoder.backbone, self.head, self.cache, reuse=self.encoder,
-                rerank=self.rerank,
+                rerank=self.rerank, batcher=self.batcher,
             )  # fmt: skip
         except BaseException:
             new_index.close()
@@ -114,7 +116,7 @@ class Engine:
         return seconds
 
     def close(self) -> None:
-        for thing in (self.searcher, self.cache, self.index):
+        for thing in (self.batcher, self.searcher, self.cache, self.index):
             close = getattr(thing, "close", None)
             if close is not None:
                 try:
@@ -163,6 +165,7 @@ def _searcher_for(
     *,
     reuse: VideoEncoder | None = None,
     rerank: RerankModel | None = None,
+    batcher: EncodeBatcher | None = None,
 ) -> tuple[VideoEncoder, Searcher]:
     """(encoder, Searcher) over ``index``: the encoder that embeds as the index was built, and the
     stage-2 encoder: the rerank head when one is loaded, else the index's head, else one-shot with
@@ -195,8 +198,22 @@ def _searcher_for(
         frame_size=backbone.frame_size,
         rerank_encoder=rerank_encoder,
         gate=gate,
+        batcher=batcher,
     )
     return encoder, searcher
+
+
+def make_batcher(config: EngineConfig, clip_len: int, device="cpu") -> EncodeBatcher | None:
+    """The stage-2 batcher ``config`` asks for (None with ``batching`` off): at most
+    ``batch_max_frames`` frames per call (0: ``clip_batch_size`` clips of the index's ``clip_len``),
+    on ``batch_workers`` threads (0: :func:`engine.batching.auto_workers` for ``device``)."""
+    if not config.batching:
+        return None
+    from engine.batching import EncodeBatcher, auto_workers
+
+    frames = config.batch_max_frames or config.clip_batch_size * int(clip_len)
+    workers = config.batch_workers or auto_workers(device)
+    return EncodeBatcher(max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers)
 
 
 def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
@@ -232,7 +249,15 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
             )
         cache = make_cache(config, on_error=on_cache_error)
         rerank = load_rerank_model(config, backbone)
-        encoder, searcher = _searcher_for(index, config, backbone, loaded.head, cache, rerank=rerank)
+        batcher = make_batcher(config, m.clip_len, backbone.device)
+        try:
+            encoder, searcher = _searcher_for(
+                index, config, backbone, loaded.head, cache, rerank=rerank, batcher=batcher
+            )
+        except BaseException:
+            if batcher is not None:
+                batcher.close()
+            raise
     except BaseException:
         index.close()
         raise
@@ -253,6 +278,9 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         "rerank": "streaming head" if searcher.reranker.streaming else "one-shot",
         "rerank_head": rerank.fingerprint,
         "early_exit_gate": rerank.gate is not None,
+        "batching": None
+        if batcher is None
+        else {"workers": batcher.workers, "max_frames": batcher.max_frames},
     }
     logger.info("search engine ready: %s", info)
     return Engine(
@@ -265,4 +293,5 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         info=info,
         head_fingerprint=loaded.head_fingerprint,
         rerank=rerank,
+        batcher=batcher,
     )

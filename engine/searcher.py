@@ -18,6 +18,7 @@ and cold requests give identical scores.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ __all__ = [
     "EvidenceItem",
     "Hit",
     "InvalidRequest",
+    "SearchCancelled",
     "SearchOutcome",
     "Searcher",
 ]
@@ -58,7 +60,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STAGES = (
-    "queue", "query_embed", "filter", "faiss", "frame", "selection", "decode", "encode", "head", "moment",
+    "queue", "query_embed", "filter", "faiss", "frame", "selection", "decode", "heavy_queue", "encode", "head",
+    "moment",
     "refine", "total",
 )  # fmt: skip
 STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
@@ -67,6 +70,11 @@ MAX_CLIPS_PER_VIDEO = 8  # group_by "clip": moments kept per candidate
 
 class DeadlineExceeded(TimeoutError):
     """The request's deadline passed between stages (mapped to HTTP 503)."""
+
+
+class SearchCancelled(RuntimeError):
+    """Nobody waits for the answer any more (the client went away): the search stopped between
+    stages and its waiting stage-2 clips were dropped."""
 
 
 @dataclass
@@ -103,9 +111,10 @@ class ClipHit:
 
 
 class _Clock:
-    def __init__(self, timings: dict[str, float], deadline: float | None):
+    def __init__(self, timings: dict[str, float], deadline: float | None, cancelled=None):
         self.timings = timings
         self.deadline = deadline
+        self.cancelled = cancelled  # () -> bool: True once nobody waits for the answer
 
     def stage(self, name: str):
         clock = self
@@ -124,6 +133,12 @@ class _Clock:
     def check(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise DeadlineExceeded("the request deadline passed")
+        if self.cancelled is not None and self.cancelled():
+            raise SearchCancelled("the client went away")
+
+    def add(self, name: str, seconds: float) -> None:
+        """Book ``seconds`` measured elsewhere (e.g. by the batcher) under ``name``."""
+        self.timings[name] += max(0.0, seconds) * 1e3
 
     def move(self, source: str, target: str, seconds: float) -> None:
         """Re-book ``seconds`` measured under ``source`` to ``target`` (e.g. head time inside encode)."""
@@ -136,7 +151,10 @@ class Searcher:
     """Stage 1 + stage 2 over an open index. ``encoder`` embeds exactly as the index was built (and
     embeds queries); ``rerank_encoder`` re-encodes candidates in stage 2 (default: ``encoder``; a
     streaming rerank head, or one-shot with a text-conditioning choice); ``gate`` enables early exit.
-    Not thread-safe: the service calls it from its single model worker; other callers should too."""
+    Thread-safe: concurrent searches share only locked state (the frame cache, the frame source's
+    counters and decode pool, the index reader, FAISS behind ``_faiss_lock``, the backbone's
+    processor); with a ``batcher`` (:class:`engine.batching.EncodeBatcher`) the heavy tier's encodes
+    of all concurrent searches run in shared backbone calls on the batcher's thread."""
 
     def __init__(
         self,
@@ -148,6 +166,7 @@ class Searcher:
         frame_size: int | None = None,
         rerank_encoder: VideoEncoder | None = None,
         gate=None,
+        batcher=None,
     ):
         self.encoder = encoder
         self.index = index
@@ -176,6 +195,12 @@ class Searcher:
             exit_min_steps=config.exit_min_steps,
             encode_chunk=config.encode_chunk,
         )
+        self.reranker.batcher = batcher
+        self._faiss_lock = threading.Lock()  # a GPU FAISS index is not safe to search from two threads
+        if batcher is not None:
+            from engine.batching import serialize_processor
+
+            serialize_processor(getattr(encoder, "backbone", None))
         self.frame_tier = FrameTier(index, aggregate=config.frame_aggregate)
         self.null_sample: NullSample | None = None
         backbone = getattr(encoder, "backbone", None)
@@ -207,10 +232,13 @@ class Searcher:
             request, self.config, can_exit=self.reranker.gate is not None and self.reranker.streaming
         )
 
-    def search(self, request, *, deadline: float | None = None, on_update=None) -> SearchOutcome:
+    def search(
+        self, request, *, deadline: float | None = None, on_update=None, cancelled=None
+    ) -> SearchOutcome:
         """Run one search. ``deadline`` is a ``time.monotonic()`` instant checked between stages;
         ``on_update(hits)`` (optional) sees the stage-1 ranking, then the ranking after each chunk
-        of stage 2 (progressive results)."""
+        of stage 2 (progressive results); ``cancelled()`` (optional) True stops the search between
+        stages with :class:`SearchCancelled` (and drops its clips waiting in the batcher)."""
         t_start = time.perf_counter()
         p = self.resolve(request)
         result = SearchOutcome(
@@ -223,7 +251,7 @@ class Searcher:
             warnings=list(p.notes),
             offset=p.offset,
         )
-        clock = _Clock(result.timings_ms, deadline)
+        clock = _Clock(result.timings_ms, deadline, cancelled)
 
         with clock.stage("query_embed"):
             images = None if p.image is None else [p.image]
@@ -244,7 +272,8 @@ class Searcher:
 
         with clock.stage("faiss"):
             # this page's window of the ranking, and one more to know whether another page follows
-            found = self.index.search(q_np, p.offset + p.shortlist + 1, allowed_ids=allowed)[0]
+            with self._faiss_lock:
+                found = self.index.search(q_np, p.offset + p.shortlist + 1, allowed_ids=allowed)[0]
         result.more = len(found) > p.offset + p.shortlist
         found = found[p.offset : p.offset + p.shortlist]
         hits: list[Hit] = []
@@ -453,7 +482,4 @@ class Searcher:
                 if span is not None:
                     hit.moment = span
                     hit.moment_source = "refined"
-        result.cache_hits += stats.cache_hits
-        result.cache_misses += stats.cache_misses
-        result.decoded_frames += stats.decoded_frames
-        result.store_frames += stats.store_frames
+        # the refiner's reads are its own: the answer's cache counts are the heavy tier's frames

@@ -1,9 +1,16 @@
-"""One model worker thread behind a bounded queue, so model work never blocks the event loop.
+"""The model worker: search threads behind a bounded admission queue, so model work never blocks
+the event loop.
 
-``capacity = queue_size + 1`` jobs may be admitted at once (one running, ``queue_size`` waiting); a
-job beyond that is refused with :class:`QueueFull` (HTTP 429). A caller that gives up at its
-deadline gets :class:`WorkerTimeout` (HTTP 503); its job, if it has not started, is skipped when
-its turn comes, and a running job sees the same deadline between search stages.
+``capacity = queue_size + 1`` jobs may be admitted at once (running or waiting); a job beyond that
+is refused with :class:`QueueFull` (HTTP 429). A caller that gives up at its deadline gets
+:class:`WorkerTimeout` (HTTP 503); its job, if it has not started, is skipped when its turn comes,
+and a running job sees the same deadline between search stages.
+
+``threads=1`` is the single model thread that runs each search whole. With more threads (dynamic
+batching, :mod:`engine.batching`) searches run side by side: their cheap stages on these threads,
+their heavy encodes on the batcher's thread, so a stage-1 search never waits behind a rerank's
+encode. :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search starts
+while it runs, as with the single thread).
 """
 
 from __future__ import annotations
@@ -29,10 +36,52 @@ class _Abandoned(Exception):
     pass
 
 
+class _SharedExclusive:
+    """Searches share the model; an exclusive holder (call_soon) has it alone. A waiting exclusive
+    holder goes before searches that arrive after it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._exclusive_waiting = 0
+
+    def want_exclusive(self) -> None:
+        with self._cond:
+            self._exclusive_waiting += 1
+
+    def acquire_exclusive(self) -> None:
+        with self._cond:
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._exclusive_waiting -= 1
+            self._exclusive = True
+
+    def release_exclusive(self) -> None:
+        with self._cond:
+            self._exclusive = False
+            self._cond.notify_all()
+
+    def acquire_shared(self) -> None:
+        with self._cond:
+            while self._exclusive or self._exclusive_waiting:
+                self._cond.wait()
+            self._shared += 1
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._shared -= 1
+            self._cond.notify_all()
+
+
 class ModelWorker:
-    def __init__(self, queue_size: int, *, on_depth: Callable[[int], None] | None = None):
+    def __init__(self, queue_size: int, *, threads: int = 1, on_depth: Callable[[int], None] | None = None):
         self.capacity = int(queue_size) + 1
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaslr-model")
+        self.threads = max(1, int(threads))
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="qaslr-model")
+        # call_soon's own thread: it waits for the running searches without taking a search thread
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaslr-model-exclusive")
+        self._model = _SharedExclusive()
         self._pending = 0
         self._lock = threading.Lock()
         self._on_depth = on_depth
@@ -62,7 +111,13 @@ class ModelWorker:
             try:
                 if abandoned.is_set():
                     raise _Abandoned()
-                return fn()
+                self._model.acquire_shared()
+                try:
+                    if abandoned.is_set():
+                        raise _Abandoned()
+                    return fn()
+                finally:
+                    self._model.release_shared()
             finally:
                 self._changed(-1)
 
@@ -80,12 +135,23 @@ class ModelWorker:
             raise WorkerTimeout() from exc
 
     def call_soon(self, fn: Callable[[], T]):
-        """Run ``fn`` on the worker thread outside the queue accounting (tests, warm-up); returns a
+        """Run ``fn`` with the model to itself, outside the queue accounting (tests, warm-up): the
+        searches already running finish first, and none starts until it returns; returns a
         concurrent.futures.Future."""
-        return self._executor.submit(fn)
+        self._model.want_exclusive()  # from now on, searches wait for it
+
+        def exclusive():
+            self._model.acquire_exclusive()
+            try:
+                return fn()
+            finally:
+                self._model.release_exclusive()
+
+        return self._side.submit(exclusive)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._side.shutdown(wait=False, cancel_futures=True)
 
 
 def _retrieve(future) -> None:

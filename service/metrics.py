@@ -6,6 +6,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+QUEUE_STAGES = {"queue": "admission", "heavy_queue": "heavy"}  # timings_ms key -> queue label
 
 
 class Metrics:
@@ -60,6 +63,26 @@ class Metrics:
         self.queue_depth = Gauge(
             "qaslr_queue_depth", "searches waiting for or running on the model worker", registry=r
         )
+        self.queue_time = Histogram(
+            "qaslr_queue_seconds",
+            "time a search waited: for admission to a search thread, or its heavy-tier clips in the batcher",
+            ["queue"],
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.batch_clips = Histogram(
+            "qaslr_batch_clips",
+            "clips (candidates) per batched stage-2 encode call",
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
+        self.batch_frames = Histogram(
+            "qaslr_batch_frames", "frames per batched stage-2 encode call", buckets=SIZE_BUCKETS, registry=r
+        )
+        self.batch_requests = Histogram(
+            "qaslr_batch_requests", "searches sharing one batched stage-2 encode call", buckets=SIZE_BUCKETS,
+            registry=r,
+        )  # fmt: skip
         self.rejected = Counter(
             "qaslr_rejected_total", "searches refused or abandoned", ["reason"], registry=r
         )
@@ -82,6 +105,9 @@ class Metrics:
             if name != "total" and ms > 0:
                 self.stage.labels(name).observe(ms / 1e3)
         self.stage.labels("total").observe(result.timings_ms.get("total", 0.0) / 1e3)
+        for name, label in QUEUE_STAGES.items():
+            if name == "queue" or result.timings_ms.get(name, 0.0) > 0:
+                self.queue_time.labels(label).observe(result.timings_ms.get(name, 0.0) / 1e3)
         self.cache_hits.inc(result.cache_hits)
         self.cache_misses.inc(result.cache_misses)
         self.frames_decoded.inc(result.decoded_frames)
@@ -91,6 +117,12 @@ class Metrics:
         self._lookups += result.cache_hits + result.cache_misses
         if self._lookups:
             self.cache_hit_ratio.set(self._hits / self._lookups)
+
+    def observe_batch(self, batch) -> None:
+        """One batched encode call (engine.batching.BatchStats)."""
+        self.batch_clips.observe(batch.clips)
+        self.batch_frames.observe(batch.frames)
+        self.batch_requests.observe(batch.requests)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -335,18 +335,21 @@ class SearchResult(BaseModel):
 
 
 class Timings(BaseModel):
-    queue: float = 0.0
+    queue: float = Field(0.0, description="waiting for admission to a search thread (the model worker)")
     query_embed: float = 0.0
     filter: float = 0.0
     faiss: float = 0.0
     frame: float = 0.0
     selection: float = 0.0
     decode: float = 0.0
+    heavy_queue: float = Field(
+        0.0, description="the heavy tier's clips waiting in the batcher for a shared backbone call"
+    )
     encode: float = 0.0
     head: float = 0.0
     moment: float = 0.0
     refine: float = 0.0
-    total: float = 0.0
+    total: float = Field(0.0, description="the whole search, queueing included")
 
 
 class CacheStats(BaseModel):

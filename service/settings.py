@@ -78,6 +78,29 @@ class Settings(BaseSettings):
     queue_size: int = Field(
         _E.queue_size, ge=0, description="searches waiting for the model worker beyond the running one"
     )
+    batching: bool = Field(
+        _E.batching,
+        description="run searches on request threads and the heavy tier's encodes of concurrent searches in "
+        "shared backbone calls (dynamic batching); false = the old single model thread for everything",
+    )
+    search_threads: int = Field(
+        _E.search_threads, ge=0, le=256,
+        description="with batching: threads running searches' cheap stages (0 = queue_size + 1: every "
+        "admitted search starts at once)",
+    )  # fmt: skip
+    batch_max_wait_ms: float = Field(
+        _E.batch_max_wait_ms, ge=0, le=1000,
+        description="with batching: the longest a clip waits in the batcher for other requests' clips",
+    )  # fmt: skip
+    batch_max_frames: int = Field(
+        _E.batch_max_frames, ge=0,
+        description="with batching: frames per shared encode call (0 = clip_batch_size x the index's clip length L)",
+    )  # fmt: skip
+    batch_workers: int = Field(
+        _E.batch_workers, ge=0, le=64,
+        description="with batching: threads running batched encodes (0 = one on a GPU; on a CPU, the cores "
+        "torch's own threads leave)",
+    )  # fmt: skip
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
     warm_up: bool = Field(
         True,

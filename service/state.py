@@ -33,7 +33,8 @@ class AppState:
     def __init__(self, settings: Settings, engine=None):
         self.settings = settings
         self.metrics = Metrics()
-        self.worker = ModelWorker(settings.queue_size, on_depth=self.metrics.queue_depth.set)
+        threads = (settings.search_threads or settings.queue_size + 1) if settings.batching else 1
+        self.worker = ModelWorker(settings.queue_size, threads=threads, on_depth=self.metrics.queue_depth.set)
         self._engine_arg = engine
         self.engine = None
         self.status = "loading"
@@ -78,6 +79,9 @@ class AppState:
         cache = getattr(engine, "cache", None)
         if cache is not None and getattr(cache, "on_error", "absent") is None:
             cache.on_error = lambda exc: self.metrics.redis_errors.inc()
+        batcher = getattr(engine, "batcher", None)
+        if batcher is not None and batcher.on_batch is None:
+            batcher.on_batch = self.metrics.observe_batch
         self.engine = engine
         self._owns_engine = owned
         self.status = "ready"

@@ -20,6 +20,7 @@ processed in chunks (``encode_chunk``); after each chunk ``on_update`` sees the 
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import torch
@@ -40,6 +41,7 @@ class EncodeTier(Tier):
     """Stage 2 over one index with one encoder."""
 
     heavy = True
+    batcher = None  # engine.batching.EncodeBatcher shared by concurrent searches (None: encode here)
 
     def __init__(
         self,
@@ -108,20 +110,44 @@ class EncodeTier(Tier):
                 )
                 ready.append((hit, sel))
             if clips:
-                head_before = self.encoder.head_seconds
-                with clock.stage("encode"):
-                    embeddings = self.encoder.encode(
-                        clips,
-                        texts=[request.query] * len(clips),
-                        queries=q[None].expand(len(clips), -1),
-                        exit_policy=policy,
-                    )
-                clock.move("encode", "head", self.encoder.head_seconds - head_before)
+                embeddings = self._encode(request, clips, policy)
                 for (hit, sel), emb in zip(ready, embeddings, strict=True):
                     self._score(hit, sel, emb, q)
             if request.on_update is not None:
                 request.on_update(ordered(hits))
         return ordered(hits)
+
+    def _encode(self, request: TierRequest, clips: list[VideoClip], policy) -> list:
+        """Encode ``clips`` under the query: directly, or through the batcher (shared backbone
+        calls with other requests' clips; the time waiting there is booked as ``heavy_queue``)."""
+        clock, q = request.clock, request.q
+        texts, queries = [request.query] * len(clips), q[None].expand(len(clips), -1)
+        if self.batcher is None:
+            head_before = self.encoder.head_seconds
+            with clock.stage("encode"):
+                embeddings = self.encoder.encode(clips, texts=texts, queries=queries, exit_policy=policy)
+            clock.move("encode", "head", self.encoder.head_seconds - head_before)
+            return embeddings
+        from engine.batching import EncodeCancelled
+
+        clock.check()
+        t0 = time.perf_counter()
+        ticket = self.batcher.submit(
+            self.encoder, clips, texts=texts, queries=queries, exit_policy=policy,
+            cancelled=getattr(clock, "cancelled", None), deadline=getattr(clock, "deadline", None),
+        )  # fmt: skip
+        try:
+            embeddings = ticket.wait()
+        except EncodeCancelled:
+            clock.check()  # the deadline passed, or the client went away: say which
+            raise
+        finally:
+            waited = time.perf_counter() - t0
+            compute = min(ticket.compute_s, waited)
+            clock.add("heavy_queue", waited - compute)
+            clock.add("encode", compute - ticket.head_s)
+            clock.add("head", ticket.head_s)
+        return embeddings
 
     def _score(self, hit: Hit, selection, emb, q: torch.Tensor) -> None:
         indices, stamps, rel = selection

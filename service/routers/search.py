@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections import Counter
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from engine.searcher import DeadlineExceeded, InvalidRequest
+from engine.batching import EncodeCancelled
+from engine.searcher import DeadlineExceeded, InvalidRequest, SearchCancelled
 from engine.worker import QueueFull, WorkerTimeout
 from service import images
 from service.auth import require_api_key
@@ -117,23 +119,47 @@ def _refusal(exc: BaseException, state: AppState) -> ApiError | None:
             "is large: try again, or lower shortlist/frames)",
             headers={"Retry-After": "5"},
         )
+    if isinstance(exc, SearchCancelled | EncodeCancelled):
+        state.metrics.rejected.labels("cancelled").inc()  # nobody reads this answer
+        return ApiError(499, "client_closed_request", "the client went away; the search was stopped")
     if isinstance(exc, InvalidRequest):
         return ApiError(422, "validation_error", str(exc), field=exc.field)
     return None
 
 
-def _job(prep: _Prepared, state: AppState, on_update=None):
+def _job(prep: _Prepared, state: AppState, on_update=None, gone: threading.Event | None = None):
+    """The search as a worker job. ``timings_ms.queue`` is its wait for a search thread, and
+    ``total`` includes it (and the heavy tier's wait in the batcher, ``heavy_queue``). ``gone`` set
+    (the client went away) stops it between stages and drops its clips waiting in the batcher."""
     searcher = prep.engine.searcher
     admitted = time.perf_counter()
     deadline = time.monotonic() + state.settings.request_timeout_s
 
     def job():
         queued_ms = (time.perf_counter() - admitted) * 1e3
-        result = searcher.search(prep.params, deadline=deadline, on_update=on_update)
+        result = searcher.search(
+            prep.params,
+            deadline=deadline,
+            on_update=on_update,
+            cancelled=None if gone is None else gone.is_set,
+        )
         result.timings_ms["queue"] = queued_ms
+        result.timings_ms["total"] += queued_ms
         return result
 
     return job
+
+
+async def _watch_disconnect(request: Request, gone: threading.Event, poll_s: float = 0.1) -> None:
+    """Set ``gone`` when the client closes the connection (until cancelled)."""
+    while not gone.is_set():
+        try:
+            if await request.is_disconnected():
+                gone.set()
+                return
+        except Exception:  # a server that cannot tell: rely on the deadline
+            return
+        await asyncio.sleep(poll_s)
 
 
 @router.post(
@@ -150,13 +176,20 @@ async def search(
 ) -> SearchResponse:
     request.state.search_mode = body.mode
     prep = await _prepare(body, state)
+    gone = threading.Event()
+    watcher = asyncio.ensure_future(_watch_disconnect(request, gone))
     try:
-        result = await state.worker.run(_job(prep, state), timeout=state.settings.request_timeout_s)
+        result = await state.worker.run(
+            _job(prep, state, gone=gone), timeout=state.settings.request_timeout_s
+        )
     except Exception as exc:
+        gone.set()  # a refused or abandoned search stops what it still had queued
         refusal = _refusal(exc, state)
         if refusal is None:
             raise
         raise refusal from None
+    finally:
+        watcher.cancel()
     state.metrics.observe_search(result)
     response = to_response(
         result, request.state.request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
@@ -204,8 +237,9 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
         }
         loop.call_soon_threadsafe(lines.put_nowait, message)
 
+    gone = threading.Event()
     task = asyncio.ensure_future(
-        state.worker.run(_job(prep, state, on_update), timeout=state.settings.request_timeout_s)
+        state.worker.run(_job(prep, state, on_update, gone=gone), timeout=state.settings.request_timeout_s)
     )
     task.add_done_callback(_retrieve)  # a client that went away must not leave it unretrieved
     first = asyncio.ensure_future(lines.get())
@@ -223,7 +257,9 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
         try:
             async for line in _lines(pending):
                 yield line
-        finally:  # the client went away: stop waiting (the search itself ends at its deadline)
+        finally:  # the stream ended or the client went away: stop waiting, and stop the search
+            if not task.done():
+                gone.set()
             for future in (first, *waiting):
                 future.cancel()
 

@@ -1,0 +1,336 @@
+"""Many users at once on one model: bounded loopback load on `qaslr serve`, old lane vs new.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
+        [--requests 16] [--cap-s 30] [--shortlist 10] [--frames 32] [--workdir DIR] [--json out.json]
+
+What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
+one-shot with the shipped tiny-world backbone (``indexer build``), then starts ``qaslr serve`` on
+127.0.0.1 twice, in one run:
+
+    single worker   ``QASLR_BATCHING=0``: the old behaviour, one model thread runs every search whole
+    batched         ``QASLR_BATCHING=1``: request threads run the cheap stages, one batcher thread runs
+                    the heavy tier's encodes of all requests in shared backbone calls
+
+Against each server:
+1. load: ``mode=rerank`` with ``heavy`` = the shortlist (every candidate re-encoded, so batching has
+   work) at each ``--clients`` level: ``--requests`` requests per level, each level capped at
+   ``--cap-s`` seconds; req/s (answered 200s over the level's wall time), p50/p95 latency, and the
+   status counts;
+2. stage 1 alone: ``mode=indexed`` requests one at a time, p50/p95;
+3. stage 1 under load: the same while ``--load-clients`` rerank clients run; p95 and its ratio to (2).
+
+The goals (2 cores): at 8 clients >= 1.5x the throughput at 1; stage-1 p95 under load <= 3x alone;
+no 5xx. Nothing is asserted: a bad number is a result. ``--json`` writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+QUERIES = [
+    "a red circle moves left",
+    "a blue square appears",
+    "a green triangle grows",
+    "a yellow star spins",
+    "something flashes in the corner",
+    "two shapes collide",
+    "a shape falls down",
+    "a bright object crosses the frame",
+]
+
+
+def pct(values, q) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def build_index(work: Path, videos: int, min_s: float, max_s: float) -> tuple[Path, Path]:
+    from qaslr.commands.indexer import main as indexer_main
+    from training.backbone import tiny_world_checkpoint
+    from world.corpus import CorpusConfig, make_corpus
+
+    model = work / "tiny-world"
+    if not (model / "config.json").exists():
+        tiny_world_checkpoint(model)
+    corpus = make_corpus(
+        work / f"corpus-{videos}-{min_s:g}-{max_s:g}",
+        CorpusConfig(videos=videos, seed=0, min_duration_s=min_s, max_duration_s=max_s),
+        progress=True,
+    )
+    index = work / f"index-oneshot-{videos}-{min_s:g}-{max_s:g}"
+    if not (index / "manifest.json").exists():
+        args = ["build", str(corpus.manifest), "--index", str(index), "--model", str(model)]
+        code = indexer_main(args + ["--embedder", "oneshot", "--no-progress", "--log-level", "WARNING"])
+        if code not in (0, None):
+            raise SystemExit(f"indexer build failed with status {code}")
+    return model, index
+
+
+class Server:
+    """``qaslr serve`` in a subprocess on a free loopback port (clients do not share its GIL)."""
+
+    def __init__(self, model: Path, index: Path, env: dict[str, str]):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.cmd = [sys.executable, "-m", "qaslr.cli", "--log-level", "WARNING", "serve"]
+        self.cmd += [
+            "--index",
+            str(index),
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+
+    def __enter__(self) -> str:
+        import httpx
+
+        self.proc = subprocess.Popen(self.cmd, env=self.env)
+        url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 180
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("qaslr serve did not start")
+            try:
+                if httpx.get(url + "/readyz").status_code == 200:
+                    return url
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def _post(client, body: dict) -> tuple[int, float, dict | None]:
+    import httpx
+
+    t = time.perf_counter()
+    try:
+        r = client.post("/search", json=body)
+    except httpx.HTTPError:
+        return -1, (time.perf_counter() - t) * 1e3, None
+    ms = (time.perf_counter() - t) * 1e3
+    return r.status_code, ms, (r.json().get("timings_ms") if r.status_code == 200 else None)
+
+
+def load_level(url: str, body: dict, clients: int, requests: int, cap_s: float) -> dict:
+    """``requests`` rerank requests from ``clients`` concurrent clients (stopping at ``cap_s``)."""
+    import httpx
+
+    todo = iter(range(requests))
+    lock = threading.Lock()
+    stop = time.perf_counter() + cap_s
+    latencies, statuses, timings = [], Counter(), []
+
+    def worker(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=cap_s + 60) as c:
+            while time.perf_counter() < stop:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                status, ms, t = _post(c, {**body, "query": QUERIES[i % len(QUERIES)] + f" #{i}"})
+                with lock:
+                    statuses[status] += 1
+                    if status == 200:
+                        latencies.append(ms)
+                        timings.append(t)
+                if status == 429:
+                    time.sleep(0.05)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(worker, range(clients)))
+    wall = time.perf_counter() - t0
+    mean = {k: float(np.mean([t[k] for t in timings])) for k in (timings[0] if timings else {})}
+    return {
+        "clients": clients,
+        "req_per_s": len(latencies) / wall,
+        "p50_ms": pct(latencies, 50),
+        "p95_ms": pct(latencies, 95),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "wall_s": wall,
+        "mean_timings_ms": mean,
+    }
+
+
+def stage1(url: str, body: dict, n: int, cap_s: float) -> dict:
+    import httpx
+
+    latencies, statuses = [], Counter()
+    stop = time.perf_counter() + cap_s
+    with httpx.Client(base_url=url, timeout=cap_s + 60) as c:
+        for i in range(n):
+            if time.perf_counter() > stop:
+                break
+            status, ms, _ = _post(
+                c, {**body, "mode": "indexed", "query": QUERIES[i % len(QUERIES)] + f" s{i}"}
+            )
+            statuses[status] += 1
+            if status == 200:
+                latencies.append(ms)
+    return {
+        "n": len(latencies),
+        "p50_ms": pct(latencies, 50),
+        "p95_ms": pct(latencies, 95),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+    }
+
+
+def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: float) -> dict:
+    import httpx
+
+    done = threading.Event()
+    statuses = Counter()
+    lock = threading.Lock()
+
+    def loader(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=cap_s + 60) as c:
+            i = 0
+            while not done.is_set():
+                status, _, _ = _post(c, {**body, "query": QUERIES[(k + i) % len(QUERIES)] + f" L{k}.{i}"})
+                with lock:
+                    statuses[status] += 1
+                i += 1
+
+    pool = ThreadPoolExecutor(load_clients)
+    futures = [pool.submit(loader, k) for k in range(load_clients)]
+    time.sleep(1.5)  # the rerank load is running
+    try:
+        out = stage1(url, body, n, cap_s)
+    finally:
+        done.set()
+        for f in futures:
+            f.result()
+        pool.shutdown()
+    out["load_statuses"] = {str(k): v for k, v in sorted(statuses.items())}
+    return out
+
+
+def run_server(name: str, model: Path, index: Path, env: dict, args) -> dict:
+    body = {"mode": "rerank", "top_k": 10, "shortlist": args.shortlist, "heavy": args.shortlist}
+    body["frames"] = args.frames
+    print(f"\n[{name}] starting qaslr serve", flush=True)
+    with Server(model, index, env) as url:
+        import httpx
+
+        for q in QUERIES[:2]:  # warm the frame cache's first misses and lazy allocations
+            httpx.post(url + "/search", json={**body, "query": q + " warm-up"}, timeout=120)
+        out = {"levels": []}
+        for c in args.clients:
+            level = load_level(url, body, c, args.requests, args.cap_s)
+            print(
+                f"[{name}] {c:>2} clients: {level['req_per_s']:.2f} req/s  p50 {level['p50_ms']:.0f} ms  "
+                f"p95 {level['p95_ms']:.0f} ms  {level['statuses']}",
+                flush=True,
+            )
+            out["levels"].append(level)
+        out["stage1_alone"] = stage1(url, body, args.stage1_requests, args.cap_s)
+        out["stage1_loaded"] = stage1_under_load(
+            url, body, args.load_clients, args.stage1_requests, args.cap_s
+        )
+        metrics = httpx.get(url + "/metrics").text
+        out["metrics_lines"] = [
+            line for line in metrics.splitlines() if line.startswith(("qaslr_batch_", "qaslr_queue_seconds"))
+        ][:80]
+    a, b = out["stage1_alone"], out["stage1_loaded"]
+    print(
+        f"[{name}] stage 1 alone p95 {a['p95_ms']:.0f} ms; under {args.load_clients} rerank clients p95 {b['p95_ms']:.0f} ms"
+    )
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--videos", type=int, default=32)
+    p.add_argument("--min-s", type=float, default=30.0, help="shortest video, s")
+    p.add_argument("--max-s", type=float, default=60.0, help="longest video, s")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
+    p.add_argument("--requests", type=int, default=16, help="rerank requests per load level")
+    p.add_argument("--cap-s", type=float, default=30.0, help="time cap per load level, s")
+    p.add_argument("--load-clients", type=int, default=4, help="rerank clients behind the stage-1 probe")
+    p.add_argument("--stage1-requests", type=int, default=20)
+    p.add_argument("--shortlist", type=int, default=10, help="R (and heavy)")
+    p.add_argument("--frames", type=int, default=32, help="K'")
+    p.add_argument("--queue-size", type=int, default=32, help="QASLR_QUEUE_SIZE (above the clients: no 429)")
+    p.add_argument("--only", choices=["single", "batched"], default=None, help="run one server only")
+    p.add_argument("--workdir", default=None, help="cache for the corpus, checkpoint and index")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-bench-load")
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    model, index = build_index(work, args.videos, args.min_s, args.max_s)
+    print(f"corpus + index ready in {time.perf_counter() - t0:.0f} s", flush=True)
+    base = {
+        "QASLR_QUEUE_SIZE": str(args.queue_size),
+        "QASLR_REQUEST_TIMEOUT_S": "120",
+        "QASLR_MAX_FRAMES": str(max(args.frames, 32)),
+        "QASLR_DEFAULT_FRAMES": str(args.frames),
+    }
+    runs = {"single": {"QASLR_BATCHING": "0"}, "batched": {"QASLR_BATCHING": "1"}}
+    results = {
+        name: run_server(name, model, index, base | env, args)
+        for name, env in runs.items()
+        if args.only in (None, name)
+    }
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    print(
+        f"\n{args.videos} videos, R = heavy = {args.shortlist}, K' = {args.frames}, {os.cpu_count()} CPUs, load average {load}"
+    )
+    print(f"{'':<10}" + "".join(f"{c:>8} cl req/s p50/p95 ms".rjust(30) for c in args.clients))
+    for name, res in results.items():
+        cells = [
+            f"{lv['req_per_s']:.2f} {lv['p50_ms']:.0f}/{lv['p95_ms']:.0f}".rjust(30) for lv in res["levels"]
+        ]
+        print(f"{name:<10}" + "".join(cells))
+    for name, res in results.items():
+        levels = {lv["clients"]: lv for lv in res["levels"]}
+        one, eight = levels.get(1), levels.get(8)
+        speedup = (
+            eight["req_per_s"] / one["req_per_s"] if one and eight and one["req_per_s"] else float("nan")
+        )
+        a, b = res["stage1_alone"]["p95_ms"], res["stage1_loaded"]["p95_ms"]
+        five = sum(v for lv in res["levels"] for k, v in lv["statuses"].items() if k.startswith("5"))
+        res["summary"] = {
+            "speedup_8_vs_1": speedup,
+            "stage1_p95_ratio": b / a if a else float("nan"),
+            "5xx": five,
+        }
+        print(
+            f"{name:<10} 8 vs 1 clients: {speedup:.2f}x; stage-1 p95 alone {a:.0f} ms, under load {b:.0f} ms "
+            f"({b / a:.1f}x); 5xx: {five}; statuses per level: {[lv['statuses'] for lv in res['levels']]}"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "loadavg": load, "results": results}, indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

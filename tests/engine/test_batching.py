@@ -1,0 +1,175 @@
+"""Concurrent searches and the stage-2 batcher (engine.batching, engine.worker's search threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from engine.batching import EncodeBatcher, EncodeCancelled
+from engine.worker import ModelWorker, QueueFull
+
+QUERIES = ["a red square", "a blue circle", "a green triangle", "a yellow star", "two shapes meet", "a flash"]
+
+
+class FakeEncoder:
+    """Records every encode call; an embedding is the clip's first pixel, so results can be checked."""
+
+    head_seconds = 0.0
+
+    def __init__(self, delay: float = 0.0):
+        self.calls: list[list[int]] = []
+        self.delay = delay
+
+    def encode(self, videos, *, texts=None, queries=None, exit_policy=None):
+        self.calls.append([len(v.frames) for v in videos])
+        time.sleep(self.delay)
+        return [SimpleNamespace(final=torch.tensor(float(v.frames[0, 0, 0, 0]))) for v in videos]
+
+
+def clip(n: int, tag: int, shape=(4, 4)):
+    frames = np.full((n, *shape, 3), tag, dtype=np.uint8)
+    return SimpleNamespace(frames=frames, frame_indices=np.arange(n), fps=1.0)
+
+
+def test_concurrent_requests_share_a_call_and_get_their_own_results():
+    enc = FakeEncoder()
+    batcher = EncodeBatcher(max_wait_s=0.2, max_frames=1000)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            futures = [
+                pool.submit(batcher.encode, enc, [clip(4 + r, 10 * r + i) for i in range(3)])
+                for r in range(3)
+            ]
+            results = [f.result(10) for f in futures]
+    finally:
+        batcher.close()
+    assert len(enc.calls) == 1 and sorted(enc.calls[0]) == enc.calls[0]  # one call, length-sorted
+    for r, (embs, ticket) in enumerate(results):
+        assert [int(e.final) for e in embs] == [10 * r + i for i in range(3)]  # unsorted back
+        assert ticket.queue_s is not None and ticket.compute_s >= 0
+
+
+def test_a_batch_holds_at_most_the_budget_and_takes_requests_fifo():
+    enc = FakeEncoder(delay=0.05)
+    batcher = EncodeBatcher(max_wait_s=0.05, max_frames=8)
+    try:
+        first = batcher.submit(enc, [clip(4, i) for i in range(5)])  # 20 frames: split over 3 calls
+        second = batcher.submit(enc, [clip(4, 100 + i) for i in range(2)])
+        assert [int(e.final) for e in first.wait()] == list(range(5))
+        assert [int(e.final) for e in second.wait()] == [100, 101]
+    finally:
+        batcher.close()
+    assert all(sum(call) <= 8 for call in enc.calls)
+    # the first request's clips go first; the second joins only the call with room left after it
+    assert enc.calls == [[4, 4], [4, 4], [4, 4], [4]]
+
+
+def test_cancelled_or_expired_requests_are_dropped_before_the_backbone():
+    enc = FakeEncoder(delay=0.3)
+    batcher = EncodeBatcher(max_wait_s=0.0, max_frames=4)
+    try:
+        busy = batcher.submit(enc, [clip(4, 1)])
+        time.sleep(0.05)  # the batcher is encoding ``busy``
+        gone = threading.Event()
+        cancelled = batcher.submit(enc, [clip(4, 2), clip(4, 3)], cancelled=gone.is_set)
+        expired = batcher.submit(enc, [clip(4, 4)], deadline=time.monotonic() + 0.01)
+        gone.set()
+        busy.wait()
+        with pytest.raises(EncodeCancelled):
+            cancelled.wait()
+        with pytest.raises(EncodeCancelled):
+            expired.wait()
+    finally:
+        batcher.close()
+    assert enc.calls == [[4]]
+
+
+def test_the_batcher_queue_is_bounded():
+    enc = FakeEncoder(delay=0.3)
+    batcher = EncodeBatcher(max_wait_s=0.0, max_frames=4, max_queued=3)
+    try:
+        batcher.submit(enc, [clip(4, 1)])
+        time.sleep(0.05)
+        batcher.submit(enc, [clip(4, 2), clip(4, 3)])
+        with pytest.raises(QueueFull):
+            batcher.submit(enc, [clip(4, 4), clip(4, 5)])
+    finally:
+        batcher.close()
+
+
+def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive():
+    worker = ModelWorker(4, threads=4)
+    release = threading.Event()
+
+    async def scenario():
+        slow = asyncio.ensure_future(worker.run(lambda: release.wait(10), timeout=10))
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        assert await worker.run(lambda: "stage 1", timeout=5) == "stage 1"
+        fast = time.monotonic() - t0
+        release.set()
+        await slow
+        return fast
+
+    try:
+        assert asyncio.run(scenario()) < 1.0
+        hold = threading.Event()
+        blocker = worker.call_soon(lambda: hold.wait(10))
+
+        async def blocked():
+            return await worker.run(lambda: "ran", timeout=0.3)
+
+        from engine.worker import WorkerTimeout
+
+        with pytest.raises(WorkerTimeout):
+            asyncio.run(blocked())  # nothing starts while call_soon's function runs
+        hold.set()
+        blocker.result(5)
+    finally:
+        worker.shutdown()
+
+
+def _ranking(outcome):
+    return [(h.video_id, h.tier) for h in outcome.hits], [h.score for h in outcome.hits]
+
+
+def test_concurrent_searches_answer_as_serial_ones(world_engine):
+    searcher = world_engine.searcher
+    assert searcher.reranker.batcher is not None  # batching is the default
+    requests = [
+        {"query": q, "mode": "rerank", "heavy": 4, "shortlist": 6, "top_k": 6, "frames": 8} for q in QUERIES
+    ] + [{"query": QUERIES[0], "mode": "indexed", "top_k": 6}, {"query": QUERIES[1], "mode": "frames"}]
+    serial = [searcher.search(r) for r in requests]
+    with ThreadPoolExecutor(len(requests)) as pool:
+        concurrent = list(pool.map(searcher.search, requests))
+    for a, b in zip(serial, concurrent, strict=True):
+        (ids_a, scores_a), (ids_b, scores_b) = _ranking(a), _ranking(b)
+        assert ids_a == ids_b
+        assert scores_b == pytest.approx(scores_a, abs=1e-4)
+        assert [h.moment for h in a.hits] == [h.moment for h in b.hits]
+        assert b.timings_ms["heavy_queue"] >= 0
+    # and the old path (no batcher) scores the same
+    from engine.loader import _searcher_for
+
+    _, plain = _searcher_for(
+        world_engine.index, world_engine.config.replace(batching=False), world_engine.encoder.backbone,
+        world_engine.head, world_engine.cache,
+    )  # fmt: skip
+    assert plain.reranker.batcher is None
+    for r, a in zip(requests, serial, strict=True):
+        ids, scores = _ranking(plain.search(r))
+        assert ids == _ranking(a)[0] and scores == pytest.approx(_ranking(a)[1], abs=1e-4)
+
+
+def test_a_cancelled_search_stops_between_stages(world_engine):
+    from engine.searcher import SearchCancelled
+
+    with pytest.raises(SearchCancelled):
+        world_engine.searcher.search({"query": QUERIES[0], "mode": "rerank"}, cancelled=lambda: True)
