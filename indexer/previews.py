@@ -48,6 +48,7 @@ FAILED_SUFFIX = ".failed"
 PREVIEW_MEDIA_TYPE = "video/mp4"
 MAX_HEIGHT = 480
 CRF = 28  # x264 quality: small files, fine for finding a moment
+MAXRATE = "600k"  # and a cap for noisy sources: at most ~4.5 MB per minute
 STALE_TMP_S = 3600.0
 
 _BROWSER_PLAYABLE = {
@@ -159,7 +160,13 @@ def transcode(source: str | os.PathLike, dest: str | os.PathLike, *, max_height:
                         stream = out.add_stream("libx264", rate=rate)
                         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
                         stream.codec_context.time_base = 1 / rate
-                        stream.options = {"crf": str(CRF), "preset": "veryfast", "tune": "fastdecode"}
+                        stream.options = {
+                            "crf": str(CRF),
+                            "maxrate": MAXRATE,
+                            "bufsize": "1200k",
+                            "preset": "veryfast",
+                            "tune": "fastdecode",
+                        }
                     t = frame.time if frame.time is not None else (last_pts + 1) / rate
                     start = t if start is None else start
                     pts = max(last_pts + 1, int(round((t - start) * rate)))

@@ -13,8 +13,12 @@ from tests.service.conftest import live_server
 
 
 def _source_of(server, video_id: str) -> bytes:
-    record = server.app.state.qaslr.engine.index.video(video_id)
-    return Path(record.path).read_bytes()
+    """The bytes the media route sends: the source, or its preview where browsers cannot play it
+    (the corpus's videos are MPEG-4 Part 2 in MP4, so theirs)."""
+    from service.media import playable_file
+
+    engine = server.app.state.qaslr.engine
+    return Path(playable_file(engine.index.directory, engine.index.video(video_id)).path).read_bytes()
 
 
 def _raw_get(server, path: str) -> tuple[int, dict]:
