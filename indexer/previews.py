@@ -32,6 +32,7 @@ import fcntl
 import fractions
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -244,7 +245,10 @@ def ensure_preview(
         marker.unlink(missing_ok=True)
         fsync_dir(dest.parent)
         logger.info(
-            "made preview %s (%.1f kB) in %.2f s", dest.name, dest.stat().st_size / 1e3, time.perf_counter() - t0
+            "made preview %s (%.1f kB) in %.2f s",
+            dest.name,
+            dest.stat().st_size / 1e3,
+            time.perf_counter() - t0,
         )
         return dest
 
@@ -336,10 +340,26 @@ def verify_previews(index_dir: str | os.PathLike, indexed_rows) -> tuple[list[st
     import av
 
     folder = Path(index_dir) / PREVIEWS_DIR
-    if not folder.is_dir():
-        return [], 0
     warnings, checked = [], 0
     by_fp = {r["fingerprint"]: r["id"] for r in indexed_rows}
+    missing = []
+    for row in indexed_rows:
+        if (folder / f"{row['fingerprint']}{PREVIEW_SUFFIX}").is_file():
+            continue
+        if (folder / f"{row['fingerprint']}{FAILED_SUFFIX}").is_file():
+            continue  # reported below
+        try:
+            if not probe(row["path"]).playable:
+                missing.append(row["id"])
+        except PreviewError:
+            pass  # the source is unreadable: `--check-sources` reports it
+    if missing:
+        warnings.append(
+            f"{len(missing)} videos browsers cannot play have no preview yet (e.g. {missing[:3]}); the API "
+            "makes each on its first request, `indexer previews` makes them now"
+        )
+    if not folder.is_dir():
+        return warnings, 0
     for f in sorted(folder.iterdir()):
         if f.suffix == FAILED_SUFFIX and f.stem in by_fp:
             reason = f.read_text(encoding="utf-8", errors="replace").strip()
@@ -347,7 +367,9 @@ def verify_previews(index_dir: str | os.PathLike, indexed_rows) -> tuple[list[st
         if f.suffix != PREVIEW_SUFFIX:
             continue
         if f.stem not in by_fp:
-            warnings.append(f"{PREVIEWS_DIR}/{f.name} belongs to no indexed video (`indexer compact` deletes it)")
+            warnings.append(
+                f"{PREVIEWS_DIR}/{f.name} belongs to no indexed video (`indexer compact` deletes it)"
+            )
             continue
         checked += 1
         try:
@@ -359,3 +381,34 @@ def verify_previews(index_dir: str | os.PathLike, indexed_rows) -> tuple[list[st
                 "on the next request (or by `indexer previews`)"
             )
     return warnings, checked
+
+
+# -- command line (`indexer previews`, and `--previews` on build/add) --------------------------------
+def add_previews_flag(group) -> None:
+    group.add_argument(
+        "--previews",
+        action="store_true",
+        help="after indexing, make the browser previews of new videos browsers cannot play (default: the "
+        "API makes each on its first request; `indexer previews` makes them later)",
+    )
+
+
+def add_previews_arguments(p) -> None:
+    p.add_argument("--retry", action="store_true", help="try again videos whose preview could not be made")
+    p.add_argument("--id", dest="ids", action="append", metavar="ID", help="only this video (repeatable)")
+
+
+def run_previews(args) -> int:
+    """`indexer previews INDEX`: make the missing previews, delete unreferenced ones. Exit status 0,
+    or 1 when some could not be made (those videos still show thumbnails and times)."""
+    from indexer.store.format import IndexFormatError, read_manifest
+
+    try:
+        read_manifest(args.index)
+    except IndexFormatError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = make_previews(args.index, ids=set(args.ids) if args.ids else None, retry=args.retry)
+    report.swept = sweep_index_previews(args.index)
+    print(report.summary())
+    return 1 if report.failed else 0

@@ -201,6 +201,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     _exact_max_arg(g)
+    _previews_flag(g)
     g = p.add_argument_group(
         "backend",
         "Where decoding and embedding run. Both backends write the same index through the same writer; "
@@ -237,6 +238,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="with --backend ray: GPUs each embedding actor reserves (default: 1 when the cluster has GPUs, "
         "else 0)",
     )
+
+
+def _previews_flag(g) -> None:
+    from indexer.previews import add_previews_flag
+
+    add_previews_flag(g)
 
 
 def _exact_max_arg(g) -> None:
@@ -340,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     _index_arg(p)
     p.add_argument("--check-sources", action="store_true", help="also re-fingerprint the source video files")
     p.set_defaults(_run=run_verify)
+    _add_previews_command(sub)
     p = sub.add_parser(
         "publish",
         help="point a stable path (e.g. current) at a finished index, atomically",
@@ -353,6 +361,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(_run=run_publish)
     return parser
+
+
+def _add_previews_command(sub) -> None:
+    from indexer.previews import add_previews_arguments, run_previews
+
+    p = sub.add_parser(
+        "previews",
+        help="make the browser previews (H.264/MP4) of videos browsers cannot play, ahead of first plays",
+        description="For every indexed video whose source browsers cannot play (anything but H.264 in MP4 "
+        "and VP8/VP9 in WebM), write its preview into the index (previews/), as the API does on a first "
+        "request; delete previews no video references. Exit status 1 when some could not be made.",
+    )
+    _index_arg(p)
+    add_previews_arguments(p)
+    p.set_defaults(_run=run_previews)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -633,6 +656,8 @@ def _run_builder(args, writer, loaded, items, *, factory, model: str, head_dir: 
     print(
         f"index: {writer.directory} ({writer.manifest.counts['indexed']} indexed, {writer.manifest.counts['failed']} failed in total; FAISS {writer.manifest.faiss_factory})"
     )
+    if getattr(args, "previews", False) and not stats.stopped:
+        _make_previews(writer.directory)
     if stats.stopped:
         print(
             "stopped (SIGTERM): committed videos are kept; run the same command again to resume",
@@ -640,6 +665,12 @@ def _run_builder(args, writer, loaded, items, *, factory, model: str, head_dir: 
         )
         return EXIT_TERMINATED
     return EXIT_FAILURES if args.fail_on_error and (stats.failed or stats.failed_before) else EXIT_OK
+
+
+def _make_previews(index_dir) -> None:
+    from indexer.previews import make_previews
+
+    print(make_previews(index_dir).summary())
 
 
 def run_remove(args) -> int:
