@@ -224,12 +224,13 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
 
 def _check_previews(directory: Path, indexed: list, rep: VerifyReport) -> None:
     """Browser previews (``indexer.previews``): a corrupt or unreferenced one, or a recorded failure,
-    is a warning (derived data, remade on request), never an error."""
+    is a warning (derived data, remade on request), never an error; previews not made yet are
+    counted (``previews_not_made``)."""
     from indexer.previews import verify_previews
 
-    warnings, checked = verify_previews(directory, indexed)
+    warnings, counts = verify_previews(directory, indexed)
     rep.warnings.extend(warnings)
-    rep.checked["previews"] = checked
+    rep.checked.update(counts)
 
 
 def _verify_frame_store(directory: Path, manifest, indexed: list, rep: VerifyReport) -> set[str]:

@@ -334,32 +334,28 @@ def sweep_index_previews(index_dir: str | os.PathLike) -> int:
     return collect_unreferenced_previews(index_dir, {r.fingerprint for r in _indexed(index_dir)})
 
 
-def verify_previews(index_dir: str | os.PathLike, indexed_rows) -> tuple[list[str], int]:
-    """Warnings about previews (never errors: they are derived data and are remade on request):
-    a corrupt preview, a recorded failure, an unreferenced file. Returns (warnings, previews checked)."""
+def verify_previews(index_dir: str | os.PathLike, indexed_rows) -> tuple[list[str], dict[str, int]]:
+    """Previews are derived data, remade on request: nothing about them is an error. Warnings: a
+    corrupt preview, a recorded failure, an unreferenced file. Counts: previews checked, and videos
+    browsers cannot play whose preview is not made yet (normal with lazy previews: reported, not
+    warned about). Returns (warnings, counts)."""
     import av
 
     folder = Path(index_dir) / PREVIEWS_DIR
     warnings, checked = [], 0
     by_fp = {r["fingerprint"]: r["id"] for r in indexed_rows}
-    missing = []
+    pending = 0
     for row in indexed_rows:
         if (folder / f"{row['fingerprint']}{PREVIEW_SUFFIX}").is_file():
             continue
         if (folder / f"{row['fingerprint']}{FAILED_SUFFIX}").is_file():
-            continue  # reported below
+            continue  # warned about below
         try:
-            if not probe(row["path"]).playable:
-                missing.append(row["id"])
+            pending += not probe(row["path"]).playable
         except PreviewError:
             pass  # the source is unreadable: `--check-sources` reports it
-    if missing:
-        warnings.append(
-            f"{len(missing)} videos browsers cannot play have no preview yet (e.g. {missing[:3]}); the API "
-            "makes each on its first request, `indexer previews` makes them now"
-        )
     if not folder.is_dir():
-        return warnings, 0
+        return warnings, {"previews": 0, "previews_not_made": pending}
     for f in sorted(folder.iterdir()):
         if f.suffix == FAILED_SUFFIX and f.stem in by_fp:
             reason = f.read_text(encoding="utf-8", errors="replace").strip()
@@ -380,7 +376,7 @@ def verify_previews(index_dir: str | os.PathLike, indexed_rows) -> tuple[list[st
                 f"{by_fp[f.stem]}: its preview {PREVIEWS_DIR}/{f.name} is corrupt; delete it and it is remade "
                 "on the next request (or by `indexer previews`)"
             )
-    return warnings, checked
+    return warnings, {"previews": checked, "previews_not_made": pending}
 
 
 # -- command line (`indexer previews`, and `--previews` on build/add) --------------------------------
