@@ -33,13 +33,12 @@ import fractions
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.files import TMP_SUFFIX, fsync_dir
+from core.files import TMP_SUFFIX, atomic_path, atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -227,23 +226,15 @@ def ensure_preview(
         reason = None if retry else failure_of(index_dir, fingerprint)
         if reason is not None:
             raise PreviewError(reason)
-        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=TMP_SUFFIX)
-        os.close(fd)
-        tmp = Path(name)
         t0 = time.perf_counter()
         try:
-            transcode(source, tmp)
-            os.replace(tmp, dest)
+            with atomic_path(dest) as tmp:  # a temporary file beside it, fsynced, renamed into place
+                transcode(source, tmp)
         except PreviewError as exc:
-            tmp.unlink(missing_ok=True)
-            marker.write_text(str(exc) + "\n", encoding="utf-8")
+            atomic_write(marker, str(exc) + "\n")
             logger.warning("no preview for %s: %s", fingerprint, exc)
             raise
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         marker.unlink(missing_ok=True)
-        fsync_dir(dest.parent)
         logger.info(
             "made preview %s (%.1f kB) in %.2f s",
             dest.name,
