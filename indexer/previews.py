@@ -218,12 +218,22 @@ def ensure_preview(
     reason = None if retry else failure_of(index_dir, fingerprint)
     if reason is not None:
         raise PreviewError(reason)
+    try:
+        return _make_preview(dest, source, fingerprint, retry=retry)
+    except OSError as exc:  # e.g. an index mounted read-only: nothing recorded, tried again next time
+        raise PreviewError(
+            f"the preview could not be written into the index ({type(exc).__name__}; is it read-only? "
+            "`indexer previews` makes them where it is writable)"
+        ) from exc
+
+
+def _make_preview(dest: Path, source, fingerprint: str, *, retry: bool) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     marker = dest.with_suffix(FAILED_SUFFIX)
     with _exclusive(dest.parent, fingerprint):
         if dest.is_file():  # another request made it while this one waited
             return dest
-        reason = None if retry else failure_of(index_dir, fingerprint)
+        reason = None if retry else failure_of(dest.parent.parent, fingerprint)
         if reason is not None:
             raise PreviewError(reason)
         t0 = time.perf_counter()

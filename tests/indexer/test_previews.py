@@ -138,3 +138,12 @@ def test_previews_are_made_verified_and_swept_with_the_index(tmp_path, tiny_chec
     assert main(["compact", "--index", str(index)]) == 0
     assert "browser previews:" in capsys.readouterr().out  # (the writer's open already swept it)
     assert not stray.exists() and len(list(folder.glob("*.mp4"))) == 1
+
+
+def test_an_index_that_cannot_be_written_gets_a_reason_not_a_crash(tmp_path):
+    source = write_video(tmp_path / "s.avi", _frames(6, 64, 48), fps=8, codec="mpeg4")
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    (index_dir / "previews").write_text("a file where the folder should be")
+    with pytest.raises(previews.PreviewError, match="could not be written"):
+        previews.ensure_preview(index_dir, source, "abc999")
