@@ -50,6 +50,7 @@ class CompactReport:
     frames_files_rewritten: int = 0
     frames_files_deleted: int = 0
     frames_rows_dropped: int = 0
+    previews_deleted: int = 0
     faiss_factory: str = ""
     faiss_switched_from: str | None = None
     details: list[str] = field(default_factory=list)
@@ -60,6 +61,7 @@ class CompactReport:
             f"{self.bank_rows_dropped} unreferenced frame(s) dropped",
             f"frame store: {self.frames_files_rewritten} file(s) rewritten, {self.frames_files_deleted} deleted, "
             f"{self.frames_rows_dropped} unreferenced frame(s) dropped",
+            f"browser previews: {self.previews_deleted} unreferenced deleted",
             f"FAISS: {self.faiss_factory}"
             + (f" (switched from {self.faiss_switched_from})" if self.faiss_switched_from else " (rebuilt)"),
             f"size: {self.bytes_before / 1e6:.2f} MB -> {self.bytes_after / 1e6:.2f} MB",
@@ -80,6 +82,7 @@ def compact(writer: IndexWriter, *, exact_max: int = fx.EXACT_MAX_VECTORS) -> Co
     # files no row references at all (every video of their batch removed), if any are left
     deleted = writer.collect_unreferenced_files()
     report.bank_files_deleted, report.frames_files_deleted = deleted[BANK_DIR], deleted[FRAMES_DIR]
+    report.previews_deleted = deleted.get("previews", 0)
     n = writer.counts()[STATUS_INDEXED]
     current = writer.manifest.faiss_factory
     switch = fx.automatic_switch(current, n, exact_max)

@@ -216,6 +216,7 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
             if f"{folder}/{f.name}" not in referenced:
                 rep.warnings.append(f"{folder}/{f.name} is not referenced (left by an interrupted write)")
 
+    _check_previews(directory, indexed, rep)
     if check_sources:
         changed = []
         for row in rows:
@@ -238,6 +239,17 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
         frames_files=len(stored),
     )
     return rep
+
+
+def _check_previews(directory: Path, indexed: list, rep: VerifyReport) -> None:
+    """Browser previews (``indexer.previews``): a corrupt or unreferenced one, or a recorded failure,
+    is a warning (derived data, remade on request), never an error; previews not made yet are
+    counted (``previews_not_made``)."""
+    from indexer.previews import verify_previews
+
+    warnings, counts = verify_previews(directory, indexed)
+    rep.warnings.extend(warnings)
+    rep.checked.update(counts)
 
 
 def _verify_frame_store(directory: Path, manifest, indexed: list, rep: VerifyReport) -> set[str]:

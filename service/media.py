@@ -7,6 +7,10 @@ which cannot send headers, pass the API-key check.
   a cache hit. They are the working-size frame, shrunk to fit ``size`` (never enlarged), as JPEG.
 - A video file is only ever found through its id in the index; nothing a client sends becomes a
   path.
+- ``GET /videos/{id}/media`` serves the source when browsers play it (H.264 in MP4, VP8/VP9 in
+  WebM) and otherwise its browser-safe preview (``indexer.previews``: H.264/MP4 in the index
+  directory, made on the first request and cached). :func:`playable_file` chooses; a source whose
+  preview cannot be made raises :class:`NoPreview` with a reason that names no path.
 - A media token is ``<expiry>.<signature>``: an HMAC-SHA256, keyed by the configured API keys, of
   the expiry time. It is valid for every video until it expires, and for nothing but the media
   routes; rotating the API keys invalidates every token.
@@ -20,6 +24,7 @@ import io
 import mimetypes
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 
@@ -43,6 +48,10 @@ class NotServable(LookupError):
 
 class FrameUnreadable(OSError):
     """The source video could not be decoded at that frame (mapped to HTTP 404 with the reason)."""
+
+
+class NoPreview(RuntimeError):
+    """Browsers cannot play the source and no preview could be made (the message names no path)."""
 
 
 class RangeNotSatisfiable(ValueError):
@@ -82,11 +91,70 @@ def thumbnail_jpeg(frames: FrameSource, record, frame_index: int, size: int) -> 
     from PIL import Image
 
     image = Image.fromarray(np.ascontiguousarray(got[0]))
-    if max(image.size) > size:
-        image.thumbnail((size, size), Image.Resampling.LANCZOS)
+    # stored frames are at the working size (multiples of 32, e.g. 182x122 -> 160x96): give the
+    # thumbnail the source's aspect ratio again, its longer side that of the stored frame
+    target = thumbnail_size(int(record.width), int(record.height), max(image.size), size)
+    if target != image.size:
+        image = image.resize(target, Image.Resampling.LANCZOS)
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=JPEG_QUALITY)
     return out.getvalue()
+
+
+def thumbnail_size(width: int, height: int, longest: int, size: int) -> tuple[int, int]:
+    """(w, h) with the aspect of ``width`` x ``height``, the longer side min(``longest``, ``size``)."""
+    side = max(1, min(longest, size))
+    if width <= 0 or height <= 0:
+        return side, side
+    if width >= height:
+        return side, max(1, round(side * height / width))
+    return max(1, round(side * width / height)), side
+
+
+@dataclass(frozen=True)
+class ServedFile:
+    path: str
+    media_type: str
+    etag: str
+    last_modified: float  # unix time
+    size: int
+    preview: bool
+
+
+_PREVIEWS_AT_ONCE = threading.BoundedSemaphore(2)  # transcodes must not starve the model worker's CPU
+_PLAYABLE: dict[tuple[str, str], bool] = {}  # (fingerprint, path) -> browsers play the source
+
+
+def playable_file(index_dir, record) -> ServedFile:
+    """The file ``GET /videos/{id}/media`` sends for ``record``: the source when browsers play it,
+    else its preview (made now if missing: blocking, run it in a thread). Raises
+    :class:`FrameUnreadable` when the source is gone, :class:`NoPreview` when no preview can be made."""
+    from indexer import previews
+
+    file_size(record.path)  # the source must still be there (its fingerprint names the preview)
+    key = (record.fingerprint, record.path)
+    try:
+        if key not in _PLAYABLE:
+            _PLAYABLE[key] = previews.probe(record.path).playable
+        if _PLAYABLE[key]:
+            path, kind, preview = record.path, media_type(record.path), False
+        else:
+            path = previews.preview_path(index_dir, record.fingerprint)
+            if not path.is_file():
+                with _PREVIEWS_AT_ONCE:
+                    previews.ensure_preview(index_dir, record.path, record.fingerprint)
+            path = str(path)
+            kind, preview = previews.PREVIEW_MEDIA_TYPE, True
+    except previews.PreviewError as exc:
+        raise NoPreview(
+            f"browsers cannot play this video's format and no playable copy could be made: {exc}"
+        ) from None
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise FrameUnreadable("the video file is no longer readable") from exc
+    etag = f'"{record.fingerprint}-{"p" if preview else "s"}-{st.st_size:x}-{st.st_mtime_ns:x}"'
+    return ServedFile(path, kind, etag, st.st_mtime, st.st_size, preview)
 
 
 def media_type(path: str) -> str:

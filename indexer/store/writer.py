@@ -329,7 +329,15 @@ class IndexWriter:
                 if f"{folder}/{f.name}" not in used:
                     f.unlink(missing_ok=True)
                     deleted[folder] += 1
+        deleted.update(self._collect_unreferenced_previews())
         return deleted
+
+    def _collect_unreferenced_previews(self) -> dict[str, int]:
+        """Browser previews (``indexer.previews``) whose video was removed or re-indexed."""
+        from indexer.previews import PREVIEWS_DIR, collect_unreferenced_previews
+
+        indexed = {fp for fp, status, _ in self.db.finished().values() if status == STATUS_INDEXED}
+        return {PREVIEWS_DIR: collect_unreferenced_previews(self.directory, indexed)}
 
 
 def _only_leftovers_of_a_new_index(directory: Path) -> bool:

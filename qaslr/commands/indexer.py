@@ -62,6 +62,7 @@ def build_parser():
             "compact": run_compact,
             "stats": run_stats,
             "verify": run_verify,
+            "previews": run_previews,
             "publish": run_publish,
         },
     )
@@ -221,6 +222,10 @@ def _run_job(args, job) -> int:
     print(
         f"index: {report.directory} ({report.indexed_total} indexed, {report.failed_total} failed in total; FAISS {report.faiss_factory})"
     )
+    if getattr(args, "previews", False) and not report.stopped:
+        from indexer.previews import make_previews
+
+        print(make_previews(report.directory).summary())
     if report.stopped:
         print(
             "stopped (SIGTERM): committed videos are kept; run the same command again to resume",
@@ -310,6 +315,12 @@ def run_stats(args) -> int:
     for v in stats.get("videos", []):
         print(f"  {v['status']:8s} {v['id']}" + (f"  ({v['error']})" if v["error"] else ""))
     return EXIT_OK
+
+
+def run_previews(args) -> int:
+    from indexer.previews import run_previews as run
+
+    return run(args)
 
 
 def run_verify(args) -> int:

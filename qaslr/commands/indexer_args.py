@@ -181,6 +181,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     _exact_max_arg(g)
+    _previews_flag(g)
     g = p.add_argument_group(
         "backend",
         "Where decoding and embedding run. Both backends write the same index through the same writer; "
@@ -217,6 +218,27 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="with --backend ray: GPUs each embedding actor reserves (default: 1 when the cluster has GPUs, "
         "else 0)",
     )
+
+
+def _previews_flag(g) -> None:
+    from indexer.previews import add_previews_flag
+
+    add_previews_flag(g)
+
+
+def _add_previews_command(sub, run) -> None:
+    from indexer.previews import add_previews_arguments
+
+    p = sub.add_parser(
+        "previews",
+        help="make the browser previews (H.264/MP4) of videos browsers cannot play, ahead of first plays",
+        description="For every indexed video whose source browsers cannot play (anything but H.264 in MP4 "
+        "and VP8/VP9 in WebM), write its preview into the index (previews/), as the API does on a first "
+        "request; delete previews no video references. Exit status 1 when some could not be made.",
+    )
+    _index_arg(p)
+    add_previews_arguments(p)
+    p.set_defaults(_run=run)
 
 
 def _exact_max_arg(g) -> None:
@@ -321,6 +343,7 @@ def build_parser(description: str, runners: dict[str, Callable]) -> argparse.Arg
     _index_arg(p)
     p.add_argument("--check-sources", action="store_true", help="also re-fingerprint the source video files")
     p.set_defaults(_run=runners["verify"])
+    _add_previews_command(sub, runners["previews"])
     p = sub.add_parser(
         "publish",
         help="point a stable path (e.g. current) at a finished index, atomically",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from email.utils import formatdate
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
@@ -107,14 +108,23 @@ async def frame_thumbnail(
 
 @router.get(
     "/videos/{video_id:path}/media",
-    summary="The indexed video file (range requests supported)",
-    description="The source file of an indexed video, found by its id. `Range: bytes=a-b` (one range) "
-    "gets 206 with those bytes; a range outside the file gets 416; several ranges get the whole file.",
+    summary="The indexed video, in a format browsers play (range requests supported)",
+    description="The source file of an indexed video, found by its id, when browsers play it (H.264 in MP4, "
+    "VP8/VP9 in WebM); otherwise a browser-safe H.264/MP4 preview of it, made on the first request (which "
+    "waits for it; `indexer previews` makes them ahead of time) and kept in the index. `Range: bytes=a-b` "
+    "(one range) gets 206 with those bytes; a range outside the file gets 416; several ranges get the whole "
+    "file. `ETag`/`Last-Modified` are sent; a matching `If-None-Match` gets 304.",
     response_class=Response,
     responses={
-        200: {"content": {"video/mp4": {}}, "description": "the whole file"},
-        206: {"content": {"video/mp4": {}}, "description": "the requested byte range"},
+        200: {"content": {"video/mp4": {}, "video/webm": {}}, "description": "the whole file"},
+        206: {"content": {"video/mp4": {}, "video/webm": {}}, "description": "the requested byte range"},
+        304: {"description": "the file is unchanged (If-None-Match)"},
         416: {"model": ErrorResponse, "description": "the range selects no byte of the file"},
+        422: {
+            "model": ErrorResponse,
+            "description": "browsers cannot play the source and no playable preview could be made (the "
+            "message says why); its thumbnails and times still apply",
+        },
         **_ERRORS,
     },
     dependencies=[Depends(require_media_access)],
@@ -125,31 +135,39 @@ async def video_media(
     token: str | None = Query(None, max_length=200, description="a media token (POST /media-token)"),
     state: AppState = Depends(get_state),
 ) -> Response:
-    _, record = _record(state, video_id)
+    engine, record = _record(state, video_id)
+
     try:
-        size = media.file_size(record.path)
+        served = await asyncio.to_thread(media.playable_file, engine.index.directory, record)
     except media.FrameUnreadable:
         raise ApiError(
             404, "media_unreadable", f"the file of {_shown(video_id)} is no longer readable"
         ) from None
+    except media.NoPreview as exc:
+        raise ApiError(422, "media_unplayable", str(exc)) from None
+    size = served.size
     headers = {
         "Accept-Ranges": "bytes",
         "Cache-Control": "private, max-age=3600",
         "Content-Disposition": "inline",
+        "ETag": served.etag,
+        "Last-Modified": formatdate(served.last_modified, usegmt=True),
     }
+    if served.etag in (request.headers.get("if-none-match") or "").replace(" ", "").split(","):
+        return Response(status_code=304, headers=headers)
     try:
         wanted = media.parse_range(request.headers.get("range"), size)
     except media.RangeNotSatisfiable as exc:
         raise ApiError(
             416, "range_not_satisfiable", str(exc), headers={"Content-Range": f"bytes */{size}"}
         ) from None
-    kind = media.media_type(record.path)
+    kind = served.media_type
     if wanted is None:
         headers["Content-Length"] = str(size)
-        return StreamingResponse(media.read_chunks(record.path, 0, size), media_type=kind, headers=headers)
+        return StreamingResponse(media.read_chunks(served.path, 0, size), media_type=kind, headers=headers)
     headers.update({"Content-Length": str(wanted.length), "Content-Range": wanted.content_range})
     return StreamingResponse(
-        media.read_chunks(record.path, wanted.start, wanted.length),
+        media.read_chunks(served.path, wanted.start, wanted.length),
         status_code=206,
         media_type=kind,
         headers=headers,

@@ -259,9 +259,23 @@ function keyOf(result, groupBy) {
   return `${result.video_id}@${m ? m.start_s : ""}`;
 }
 
+function sharedScale(results) {
+  // one scale for every card's relevance strip: an irrelevant video's strip stays low
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const r of results) {
+    for (const p of (r.timeline && r.timeline.points) || []) {
+      lo = Math.min(lo, p.value);
+      hi = Math.max(hi, p.value);
+    }
+  }
+  return Number.isFinite(lo) ? { lo, hi } : null;
+}
+
 function render(results, groupBy, final = false) {
   const list = $("results");
   const keep = new Set();
+  const scale = sharedScale(results);
   results.forEach((result, i) => {
     const key = keyOf(result, groupBy);
     keep.add(key);
@@ -272,7 +286,7 @@ function render(results, groupBy, final = false) {
       state.cards.set(key, card);
       setupCard(card);
     }
-    fillCard(card, result, i + 1, groupBy, final);
+    fillCard(card, result, i + 1, groupBy, final, scale);
     list.append(card); // in rank order (moves an existing card)
   });
   for (const [key, card] of state.cards) {
@@ -286,14 +300,7 @@ function render(results, groupBy, final = false) {
 function setupCard(card) {
   const video = card.querySelector("video");
   video.addEventListener("loadedmetadata", () => seekToMoment(card));
-  video.addEventListener("error", () => {
-    const p = card.querySelector(".player-error");
-    const code = video.error ? video.error.code : 0;
-    p.textContent = code === 4
-      ? "This browser cannot play this video's format; thumbnails and times still apply."
-      : "The video could not be loaded.";
-    p.hidden = false;
-  });
+  video.addEventListener("error", () => showPlayerError(card));
   const strip = card.querySelector(".strip");
   strip.addEventListener("keydown", (e) => {
     const points = card._timeline ? card._timeline.points : [];
@@ -315,6 +322,25 @@ function setupCard(card) {
   });
 }
 
+async function showPlayerError(card) {
+  // the server says why (e.g. no playable copy of this format could be made); the <video> cannot
+  const video = card.querySelector("video");
+  const p = card.querySelector(".player-error");
+  const code = video.error ? video.error.code : 0;
+  p.textContent = code === 4
+    ? "This browser cannot play this video's format; thumbnails and times still apply."
+    : "The video could not be loaded; thumbnails and times still apply.";
+  p.hidden = false;
+  const src = video.getAttribute("src");
+  if (!src) return;
+  try {
+    const r = await fetch(src.split("#")[0], { headers: { Range: "bytes=0-0" } });
+    if (!r.ok) p.textContent = `${(await errorOf(r))[1]} Thumbnails and times still apply.`;
+  } catch (e) {
+    /* the message above stands */
+  }
+}
+
 function seekToMoment(card) {
   const m = card._moment;
   if (m) card.querySelector("video").currentTime = m.start_s;
@@ -327,7 +353,9 @@ function seek(card, seconds, play) {
   if (play) video.play().catch(() => {});
 }
 
-function fillCard(card, result, rank, groupBy, final) {
+const TIER_LABELS = { frame: "frame tier", oneshot: "one-shot tier", head: "head tier" };
+
+function fillCard(card, result, rank, groupBy, final, scale) {
   const meta = result.metadata || {};
   card.querySelector(".title").textContent = meta.title || result.video_id;
   card.querySelector(".title").title = result.video_id;
@@ -339,6 +367,10 @@ function fillCard(card, result, rank, groupBy, final) {
   move.title = result.reranked
     ? `stage 1: #${from} (score ${result.stage1_score.toFixed(3)}); after stage 2: #${rank}`
     : `stage 1 only: #${from}`;
+  const tier = card.querySelector(".tier");
+  tier.textContent = TIER_LABELS[result.tier] || (result.tier ? `${result.tier} tier` : "stage 1");
+  tier.title = result.tier ? `ranked by the ${tier.textContent}` : "ranked by stage 1 (the index) only";
+  tier.dataset.tier = result.tier || "stage1";
   card.classList.toggle("reranked", !!result.reranked);
   card.classList.toggle("pending", !result.reranked && !result.evidence);
 
@@ -390,7 +422,7 @@ function fillCard(card, result, rank, groupBy, final) {
       thumbs.append(b);
     }
   }
-  drawTimeline(card, result.timeline, moment, result.duration_s);
+  drawTimeline(card, result.timeline, moment, result.duration_s, scale);
 }
 
 const MAX_THUMBS = 8;
@@ -402,7 +434,7 @@ function shownFrames(frames, moment) {
   return ranked.slice(0, MAX_THUMBS).sort((a, b) => a.timestamp_s - b.timestamp_s);
 }
 
-function drawTimeline(card, timeline, moment, duration) {
+function drawTimeline(card, timeline, moment, duration, scale) {
   const strip = card.querySelector(".strip");
   card._timeline = timeline;
   strip.textContent = "";
@@ -410,8 +442,8 @@ function drawTimeline(card, timeline, moment, duration) {
   if (strip.hidden) return;
   const points = timeline.points;
   const values = points.map((p) => p.value);
-  const lo = Math.min(...values);
-  const hi = Math.max(...values);
+  const lo = scale ? scale.lo : Math.min(...values);
+  const hi = scale ? scale.hi : Math.max(...values);
   const span = Math.max(duration || 0, points[points.length - 1].end_s) || 1;
   strip.title = timeline.source === "streaming"
     ? "readout similarity q·z_t after each streamed clip"
@@ -420,7 +452,7 @@ function drawTimeline(card, timeline, moment, duration) {
   strip.setAttribute("aria-valuemax", String(points.length - 1));
   for (const [i, p] of points.entries()) {
     const bar = el("span", { class: "bar" });
-    const level = hi > lo ? (p.value - lo) / (hi - lo) : 1;
+    const level = hi > lo ? Math.min(1, Math.max(0, (p.value - lo) / (hi - lo))) : 1;
     bar.style.left = `${(100 * p.start_s) / span}%`;
     bar.style.width = `${Math.max(0.6, (100 * (p.end_s - p.start_s)) / span)}%`;
     bar.style.height = `${12 + 88 * level}%`;
@@ -432,6 +464,13 @@ function drawTimeline(card, timeline, moment, duration) {
       seek(card, p.start_s, false);
     });
     strip.append(bar);
+  }
+  if (moment) {
+    const mark = el("span", { class: "moment-mark" });
+    mark.style.left = `${(100 * moment.start_s) / span}%`;
+    mark.style.width = `${Math.max(0.8, (100 * (moment.end_s - moment.start_s)) / span)}%`;
+    mark.title = `moment ${fmtTime(moment.start_s)} – ${fmtTime(moment.end_s)}`;
+    strip.append(mark);
   }
   markCursor(card);
 }

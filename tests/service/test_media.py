@@ -13,8 +13,12 @@ from tests.service.conftest import live_server
 
 
 def _source_of(server, video_id: str) -> bytes:
-    record = server.app.state.qaslr.engine.index.video(video_id)
-    return Path(record.path).read_bytes()
+    """The bytes the media route sends: the source, or its preview where browsers cannot play it
+    (the corpus's videos are MPEG-4 Part 2 in MP4, so theirs)."""
+    from service.media import playable_file
+
+    engine = server.app.state.qaslr.engine
+    return Path(playable_file(engine.index.directory, engine.index.video(video_id)).path).read_bytes()
 
 
 def _raw_get(server, path: str) -> tuple[int, dict]:
@@ -149,3 +153,44 @@ def test_the_media_routes_are_documented(server):
     media = paths["/videos/{video_id}/media"]["get"]
     assert {"200", "206", "401", "404", "416"} <= set(media["responses"])
     assert "/media-token" in paths
+
+
+def test_a_source_browsers_cannot_play_is_served_as_its_h264_preview(server):
+    import av
+
+    record = server.app.state.qaslr.engine.index.video("vid3")  # MPEG-4 Part 2 in MP4
+    r = server.get("/videos/vid3/media")
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
+    assert r.content != Path(record.path).read_bytes()
+    with av.open(io.BytesIO(r.content)) as c:
+        stream = c.streams.video[0]
+        assert stream.codec_context.name == "h264" and stream.codec_context.pix_fmt == "yuv420p"
+        assert float(stream.average_rate) == pytest.approx(record.fps)
+        assert sum(1 for _ in c.decode(stream)) == record.num_frames
+    assert r.content.index(b"moov") < r.content.index(b"mdat")
+    etag, modified = r.headers["etag"], r.headers["last-modified"]
+    assert etag.startswith('"') and modified.endswith("GMT")
+    again = server.get("/videos/vid3/media", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+    part = server.get("/videos/vid3/media", headers={"Range": "bytes=0-99"})
+    assert part.status_code == 206 and part.content == r.content[:100]
+    assert part.headers["content-range"] == f"bytes 0-99/{len(r.content)}" and part.headers["etag"] == etag
+
+
+def test_a_video_without_a_playable_copy_says_why_without_paths(make_settings, small_index, monkeypatch):
+    from indexer import previews
+    from service.app import create_app
+
+    def broken(source, dest, **kw):
+        raise previews.PreviewError("the source could not be decoded (InvalidDataError)")
+
+    monkeypatch.setattr(previews, "transcode", broken)
+    with live_server(create_app(make_settings(index=small_index))) as client:
+        record = client.get("/videos/vid2").json()
+        r = client.get("/videos/vid2/media")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "media_unplayable"
+        message = r.json()["error"]["message"]
+        assert "cannot play" in message and "could not be decoded" in message
+        assert str(small_index) not in r.text and "/" not in message and "Traceback" not in r.text
+        assert record["num_frames"] > 0  # its thumbnails and times are still there
+        assert client.get("/videos/vid2/frames/0").status_code == 200

@@ -101,6 +101,7 @@ def driver(tmp_path_factory):
 
     options = Options()
     options.binary_location = chromium
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for the tests to read
     for arg in (
         "--headless=new",
         "--no-sandbox",
@@ -240,6 +241,98 @@ def test_the_page_asks_for_a_key_searches_by_image_and_shows_errors(driver, web_
         driver.find_element(By.ID, "go").click()
         wait.until(lambda d: error.is_displayed())
         assert "415" in error.text and "picture" in error.text
+
+
+# -- every result plays: world videos in the three codecs of the world -----------------------------
+WORLD_FORMATS = (("h264", ".mp4"), ("mpeg4", ".avi"), ("vp9", ".webm"))
+
+
+@pytest.fixture(scope="module")
+def world_web_settings(tmp_path_factory, tiny_checkpoint, tiny_head):
+    """Three world videos, H.264/MP4, MPEG-4 Part 2/AVI (which browsers do not play: served as its
+    preview) and VP9/WebM, of different aspect ratios, indexed as the service tests index."""
+    from service.settings import Settings
+    from world.corpus import CorpusConfig, make_corpus
+
+    config = CorpusConfig(
+        videos=3, seed=11, min_duration_s=18.0, max_duration_s=24.0, fps=(6.0, 8.0), formats=WORLD_FORMATS
+    )
+    corpus = make_corpus(tmp_path_factory.mktemp("world_web") / "corpus", config)
+    index = _build(corpus.manifest, tmp_path_factory.mktemp("idx") / "world_web", tiny_checkpoint, tiny_head)
+
+    def make(**overrides):
+        values = dict(
+            index=index, model=str(tiny_checkpoint), head=tiny_head, default_frames=8, max_frames=16
+        )
+        return Settings(redis_url=None, **{**values, **overrides})
+
+    make.corpus = corpus
+    return make
+
+
+def _console_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.mark.timeout(240)
+def test_every_result_plays_from_its_moment_whatever_the_source_codec(driver, world_web_settings):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from service.app import create_app
+
+    codecs = {v.codec for v in world_web_settings.corpus.videos}
+    assert codecs == {"h264", "mpeg4", "vp9"}
+    with live_server(create_app(world_web_settings())) as client:
+        driver.get(str(client.base_url) + "/")
+        _console_errors(driver)  # start from a clean console
+        wait = _wait(driver, timeout=90)
+        driver.find_element(By.ID, "q").send_keys(QUERY, Keys.ENTER)
+        wait.until(_search_done)
+        cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+        assert len(cards) == 3
+        # every card's player has data at its moment's start (the MPEG-4 one through its preview)
+        wait.until(
+            lambda d: d.execute_script(
+                "return [...document.querySelectorAll('#results .card')].every(c => c._moment && "
+                "c.querySelector('video').readyState >= 2 && !c.querySelector('video').seeking && "
+                "Math.abs(c.querySelector('video').currentTime - c._moment.start_s) < 0.5);"
+            )
+        )
+        state = driver.execute_script(
+            "return [...document.querySelectorAll('#results .card')].map(c => ({"
+            "err: c.querySelector('video').error && c.querySelector('video').error.code, "
+            "shown: !c.querySelector('.player-error').hidden, "
+            "mark: c.querySelectorAll('.strip .moment-mark').length, "
+            "tier: c.querySelector('.tier').textContent, "
+            "bars: [...c.querySelectorAll('.strip .bar')].map(b => parseFloat(b.style.height))}));"
+        )
+        for card in state:
+            assert card["err"] is None and not card["shown"], card
+            assert card["mark"] == 1 and card["tier"] in (
+                "frame tier",
+                "one-shot tier",
+                "head tier",
+                "stage 1",
+            )
+        # one scale for all strips (bars are 12-100 % high): the answer's lowest and highest values are
+        # the ends, so not every card spans the whole range as it would with a scale of its own
+        spans = [
+            min(c["bars"]) == pytest.approx(12.0) and max(c["bars"]) == pytest.approx(100.0) for c in state
+        ]
+        assert not all(spans), state
+        # thumbnails keep the source's aspect ratio
+        ratios = driver.execute_script(
+            "return [...document.querySelectorAll('#results .card')].map(c => "
+            "[...c.querySelectorAll('.thumb img')].filter(i => i.complete && i.naturalWidth)"
+            ".map(i => i.naturalWidth / i.naturalHeight));"
+        )
+        titles = [c.find_element(By.CSS_SELECTOR, ".title").get_attribute("title") for c in cards]
+        truth = world_web_settings.corpus.by_id()
+        for vid, seen in zip(titles, ratios, strict=True):
+            want = truth[vid].width / truth[vid].height
+            assert seen and all(abs(r - want) / want < 0.05 for r in seen), (vid, want, seen)
+        assert _console_errors(driver) == []
 
 
 def test_the_readme_screenshot_is_a_small_png():
