@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.config import Embedder
+from core.config import MIN_RELEVANCE, Embedder
 from core.errors import ConfigurationError, summarize
 from engine.config import EngineConfig
 
@@ -278,6 +278,8 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         "rerank": "streaming head" if searcher.reranker.streaming else "one-shot",
         "rerank_head": rerank.fingerprint,
         "early_exit_gate": rerank.gate is not None,
+        "cascade": {"heavy": config.heavy, "heavy_margin": config.heavy_margin},
+        "min_relevance": MIN_RELEVANCE,
         "batching": None
         if batcher is None
         else {"workers": batcher.workers, "max_frames": batcher.max_frames},

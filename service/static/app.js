@@ -72,6 +72,7 @@ async function loadStatus() {
       if (body.random_weights) text += " · ⚠ random weights: rankings are meaningless";
       $("server").textContent = text;
       $("shapes-world").hidden = !body.shapes_world;
+      if (typeof body.min_relevance === "number") MIN_RELEVANCE = body.min_relevance;
     } else {
       $("server").textContent = `not ready: ${body.status}${body.error ? " — " + body.error : ""}`;
       setTimeout(loadStatus, 2000);
@@ -201,7 +202,9 @@ function onMessage(message, request, t0) {
     setProgress(`stage 1: ${message.results.length} results in ${ms} ms${stage2}`);
   } else if (message.type === "update") {
     render(message.results, "video");
-    setProgress(`stage 2: ${message.reranked} of ${message.candidates} candidates reranked (${ms} ms)`);
+    const tiers = message.tiers || {};
+    const parts = Object.entries(tiers).map(([t, n]) => `${TIER_LABELS[t] || t}: ${n}`);
+    setProgress(`stage 2: ${parts.join(", ") || `${message.reranked} reranked`} of ${message.candidates} candidates (${ms} ms)`);
   } else if (message.type === "final") {
     const response = message.response;
     if (response.group_by === "clip") clearResults();
@@ -224,7 +227,9 @@ function showTimings(timings, clientMs) {
   dl.textContent = "";
   const names = {
     queue: "queue", query_embed: "query embedding", filter: "filter", faiss: "stage 1 (FAISS)",
-    selection: "frame selection", decode: "decode", encode: "encode", head: "streaming head", total: "server total",
+    frame: "frame tier", selection: "frame selection", decode: "decode", heavy_queue: "heavy-tier queue",
+    encode: "encode", head: "streaming head", moment: "moments", refine: "moment refinement",
+    total: "server total",
   };
   for (const [k, label] of Object.entries(names)) {
     const v = timings[k];
@@ -354,12 +359,25 @@ function seek(card, seconds, play) {
 }
 
 const TIER_LABELS = { frame: "frame tier", oneshot: "one-shot tier", head: "head tier" };
+// the server's documented threshold (core.config.MIN_RELEVANCE; /readyz says it as min_relevance)
+let MIN_RELEVANCE = 0.85;
 
 function fillCard(card, result, rank, groupBy, final, scale) {
   const meta = result.metadata || {};
   card.querySelector(".title").textContent = meta.title || result.video_id;
   card.querySelector(".title").title = result.video_id;
   card.querySelector(".score").textContent = `score ${result.score.toFixed(3)}`;
+  const rel = card.querySelector(".relevance");
+  if (rel) {
+    const weak = result.relevance != null && result.relevance < MIN_RELEVANCE;
+    rel.textContent = result.relevance == null ? "" : weak
+      ? `no good match (relevance ${result.relevance.toFixed(2)})`
+      : `relevance ${result.relevance.toFixed(2)}`;
+    rel.title = "whether the video holds what the query describes, 0 to 1, comparable across queries; "
+      + `below ${MIN_RELEVANCE} nothing like it is there`;
+    rel.classList.toggle("weak", weak);
+    card.classList.toggle("weak", weak);
+  }
   const move = card.querySelector(".move");
   const from = result.stage1_rank;
   move.textContent = groupBy === "clip" ? `video #${from} in stage 1` : `#${from} → #${rank}`;
@@ -389,9 +407,9 @@ function fillCard(card, result, rank, groupBy, final, scale) {
   momentP.textContent = "";
   if (moment) {
     const play = el("button", { type: "button", class: "play" }, `▶ ${fmtTime(moment.start_s)} – ${fmtTime(moment.end_s)}`);
-    play.title = moment.source === "streaming"
-      ? "the clip whose readout gained most similarity to the query"
-      : "the window of frames with the highest relevance";
+    play.title = moment.source === "refined"
+      ? "the frames around the relevance peak, edges found at the video's own frame rate"
+      : "the frames around the relevance peak (frame-bank resolution)";
     play.addEventListener("click", () => seek(card, moment.start_s, true));
     momentP.append(el("span", {}, "Moment "), play);
   } else {
