@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import sys
 import tempfile
@@ -132,10 +133,16 @@ def needle_recall(hit, video, bank) -> float | None:
 
 def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
     from indexer import BuildOptions, build_index
+    from indexer.store import IndexMismatchError
 
     embedder = None if head else "oneshot"
     options = BuildOptions(model=str(model), head_dir=str(head) if head else None, embedder=embedder)
-    report = build_index(manifest, index, options)
+    try:
+        report = build_index(manifest, index, options)
+    except IndexMismatchError as exc:  # a cached index from other settings: never compare those
+        print(f"rebuilding {index.name}: {exc}")
+        shutil.rmtree(index)
+        report = build_index(manifest, index, options)
     print(report.summary())
 
 
