@@ -103,7 +103,7 @@ def bench(candidates: int, frames: int, d: int, k: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--candidates", type=int, default=10)
     p.add_argument("--frames", type=int, default=3600)
     p.add_argument("--dims", type=int, nargs="+", default=[128, 2048])

@@ -109,7 +109,7 @@ def _frame_bytes_at(corpus, side: int, per_video: int = 8) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", help="work folder (kept; default: a temporary one)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()

@@ -203,7 +203,7 @@ def _searcher_for(
     return encoder, searcher
 
 
-def make_batcher(config: EngineConfig, clip_len: int, device="cpu") -> EncodeBatcher | None:
+def make_batcher(config: EngineConfig, clip_len: int, device="cpu", backbone=None) -> EncodeBatcher | None:
     """The stage-2 batcher ``config`` asks for (None with ``batching`` off): at most
     ``batch_max_frames`` frames per call (0: ``clip_batch_size`` clips of the index's ``clip_len``),
     on ``batch_workers`` threads (0: :func:`engine.batching.auto_workers` for ``device``)."""
@@ -211,7 +211,12 @@ def make_batcher(config: EngineConfig, clip_len: int, device="cpu") -> EncodeBat
         return None
     from engine.batching import EncodeBatcher, auto_workers
 
-    frames = config.batch_max_frames or config.clip_batch_size * int(clip_len)
+    clips = config.clip_batch_size
+    if not isinstance(clips, int):  # "auto": sized by the device (models.streaming.auto_clip_batch_size)
+        from models.streaming import CPU_CLIP_BATCH, auto_clip_batch_size
+
+        clips = auto_clip_batch_size(backbone, int(clip_len)) if backbone is not None else CPU_CLIP_BATCH
+    frames = config.batch_max_frames or clips * int(clip_len)
     workers = config.batch_workers or auto_workers(device)
     return EncodeBatcher(max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers)
 
@@ -249,7 +254,7 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
             )
         cache = make_cache(config, on_error=on_cache_error)
         rerank = load_rerank_model(config, backbone)
-        batcher = make_batcher(config, m.clip_len, backbone.device)
+        batcher = make_batcher(config, m.clip_len, backbone.device, backbone=backbone)
         try:
             encoder, searcher = _searcher_for(
                 index, config, backbone, loaded.head, cache, rerank=rerank, batcher=batcher

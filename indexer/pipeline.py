@@ -25,11 +25,7 @@ Files written are documented in :mod:`indexer.store` and docs/architecture.md.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -49,76 +45,17 @@ from core.config import (
     FrameStore,
 )
 from core.errors import describe, strip_paths, summarize
+from indexer.decoding import Decoded, FrameGauge, bank_chunks, decode_video  # noqa: E402,F401 (re-exported)
+from indexer.sources import SourceError, SourceItem, discover, source_stat  # noqa: E402,F401 (re-exported)
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.store.faiss_index import automatic_switch
 from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
-from indexer.store.frames import EncodedFrames, encode_frames
+from indexer.store.frames import EncodedFrames
 from indexer.video import (
-    VideoError,
-    VideoInfo,
-    candidate_frame_indices,
-    decode_frames,
     file_fingerprint,
-    find_videos,
-    probe_video,
 )
 
 logger = logging.getLogger(__name__)
-
-
-class SourceError(ValueError):
-    """The SOURCE argument (folder or JSONL manifest) cannot be read; nothing was written."""
-
-
-@dataclass(frozen=True)
-class SourceItem:
-    id: str  # stable user-facing id
-    path: Path
-    metadata: dict = field(default_factory=dict)
-
-
-def discover(source: str | os.PathLike) -> list[SourceItem]:
-    """A folder (recursive, by extension; id = path relative to the folder) or a JSONL manifest
-    (one object per line with ``path``, optional ``id`` (default: the path as written) and
-    ``metadata``; relative paths are relative to the manifest's folder). Order is stable."""
-    # stored paths are absolute: the search service decodes stage-2 frames from them
-    source = Path(os.path.abspath(Path(source).expanduser()))
-    if source.is_dir():
-        return [SourceItem(p.relative_to(source).as_posix(), p, {}) for p in find_videos(source)]
-    if not source.is_file():
-        raise SourceError(f"source {str(source)!r} is neither a folder nor a JSONL manifest file")
-    items, problems, seen = [], [], {}
-    with open(source, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"line {lineno}: not JSON ({exc.msg})")
-                continue
-            if not isinstance(obj, dict) or not isinstance(obj.get("path"), str) or not obj["path"]:
-                problems.append(f"line {lineno}: needs an object with a non-empty string 'path'")
-                continue
-            vid = obj.get("id", obj["path"])
-            if not isinstance(vid, str | int) or isinstance(vid, bool) or str(vid) == "":
-                problems.append(f"line {lineno}: 'id' must be a non-empty string")
-                continue
-            vid = str(vid)
-            meta = obj.get("metadata", {})
-            if not isinstance(meta, dict):
-                problems.append(f"line {lineno}: 'metadata' must be an object")
-                continue
-            if vid in seen:
-                problems.append(f"line {lineno}: duplicate id {vid!r} (first on line {seen[vid]})")
-                continue
-            seen[vid] = lineno
-            path = Path(obj["path"]).expanduser()
-            items.append(SourceItem(vid, path if path.is_absolute() else source.parent / path, meta))
-    if problems:
-        shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
-        raise SourceError(f"{source}: {len(problems)} malformed manifest line(s): {shown}")
-    return items
 
 
 @dataclass
@@ -204,161 +141,6 @@ class BuildStats:
         if len(self.failures) > 20:
             lines.append(f"  ... and {len(self.failures) - 20} more failures (see `indexer stats`)")
         return "\n".join(lines)
-
-
-class FrameGauge:
-    """Counts the decoded frames a build holds at once (thread-safe) and the most it held: the memory
-    bound of long videos, measured as a count of frames (not RSS)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.now = 0
-        self.peak = 0
-
-    def add(self, n: int) -> None:
-        with self._lock:
-            self.now += int(n)
-            self.peak = max(self.peak, self.now)
-
-
-@dataclass
-class Decoded:
-    """A probed and decoded video, or the reason it could not be (``error``)."""
-
-    item: SourceItem
-    fingerprint: str = ""
-    info: VideoInfo | None = None
-    frames: np.ndarray | None = None  # [U, h, w, 3] the union of uniform and candidate frames
-    union: np.ndarray | None = None  # [U] source frame indices of ``frames``
-    uniform: np.ndarray | None = None  # [K_V] positions of the K uniform frames in ``union``
-    # [C] positions of the candidate frames in ``union``; None for a chunked (long) bank, which
-    # ``frames`` does not hold: :func:`bank_chunks` decodes it ``bank_chunk`` frames at a time
-    candidates: np.ndarray | None = None
-    bank: np.ndarray | None = None  # [C] source frame indices of the candidate frames
-    bank_chunk: int = INDEX_BANK_CHUNK
-    frame_size: tuple[int, int] | None = None  # (width, height) the frames are decoded at
-    frame_store: str = FrameStore.NONE
-    error: str | None = None
-    seconds: float = 0.0
-    source_stat: str | None = None
-    stored: object = None  # indexer.store.frames.EncodedFrames of the candidate frames (frame store)
-    store_seconds: float = 0.0
-    gauge: FrameGauge | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def chunked(self) -> bool:
-        return self.bank is not None and self.candidates is None
-
-    @property
-    def decoded_frames(self) -> int:
-        """Frames decoded for this video: the union, plus a chunked bank's frames outside it."""
-        if self.union is None:
-            return 0
-        if not self.chunked:
-            return len(self.union)
-        return len(self.union) + int(np.count_nonzero(~np.isin(self.bank, self.union)))
-
-    def __getstate__(self):  # the gauge stays in its process (Ray pickles decoded batches)
-        state = dict(self.__dict__)
-        state["gauge"] = None
-        return state
-
-    def drop_frames(self) -> None:
-        """Free the pixels (and count them out of the gauge)."""
-        if self.frames is not None and self.gauge is not None:
-            self.gauge.add(-len(self.frames))
-        self.frames = None
-
-
-def bank_chunks(d: Decoded) -> Iterator[tuple[np.ndarray, EncodedFrames | None, float, float]]:
-    """A chunked video's bank frames, ``d.bank_chunk`` at a time in bank order: (frames, their frame-
-    store encoding or None, decode seconds, store seconds). The next chunk is decoded (and encoded for
-    the store) in a helper thread while the caller embeds this one, so at most two chunks are held.
-    Frames among the K uniform ones are copied from ``d.frames``, not decoded again."""
-    width, height = d.frame_size
-    spans = [d.bank[s : s + d.bank_chunk] for s in range(0, len(d.bank), max(1, d.bank_chunk))]
-
-    def load(idx: np.ndarray):
-        t = time.perf_counter()
-        frames = np.empty((len(idx), height, width, 3), dtype=np.uint8)
-        have = np.isin(idx, d.union)
-        if have.any():
-            frames[have] = d.frames[np.searchsorted(d.union, idx[have])]
-        if not have.all():
-            frames[~have] = decode_frames(d.item.path, idx[~have], size=d.frame_size)
-        if d.gauge is not None:
-            d.gauge.add(len(frames))
-        decode_s = time.perf_counter() - t
-        t = time.perf_counter()
-        stored = encode_frames(frames, d.frame_store) if d.frame_store != FrameStore.NONE else None
-        return frames, stored, decode_s, time.perf_counter() - t
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bank") as pool:
-        pending = pool.submit(load, spans[0]) if spans else None
-        try:
-            for i in range(len(spans)):
-                frames, stored, decode_s, store_s = pending.result()
-                pending = pool.submit(load, spans[i + 1]) if i + 1 < len(spans) else None
-                try:
-                    yield frames, stored, decode_s, store_s
-                finally:
-                    if d.gauge is not None:
-                        d.gauge.add(-len(frames))
-                    del frames
-        finally:  # abandoned (an error while embedding): the chunk decoded ahead is counted out too
-            if pending is not None and not pending.cancel():
-                with contextlib.suppress(Exception):
-                    ahead = len(pending.result()[0])
-                    if d.gauge is not None:
-                        d.gauge.add(-ahead)
-
-
-def decode_video(
-    item: SourceItem,
-    *,
-    frame_shape,
-    max_frames: int,
-    bank_per_second: float,
-    bank_max: int,
-    frame_store: str = FrameStore.NONE,
-    bank_chunk: int = INDEX_BANK_CHUNK,
-    gauge: FrameGauge | None = None,
-) -> Decoded:
-    """Probe and decode one video (runs in the decode pool). Never raises for bad input. A video with
-    more than ``bank_chunk`` candidate frames decodes only its K frames here (its bank: :func:`bank_chunks`)."""
-    from models.selection import uniform_indices
-
-    start = time.perf_counter()
-    out = Decoded(item=item, bank_chunk=max(1, int(bank_chunk)), frame_store=frame_store, gauge=gauge)
-    try:
-        if not item.path.is_file():
-            raise VideoError("file not found")
-        out.source_stat = source_stat(item.path)
-        out.fingerprint = file_fingerprint(item.path)
-        info = probe_video(item.path)
-        out.info = info
-        uniform = uniform_indices(info.num_frames, max_frames)  # fewer than K for short videos
-        cand = candidate_frame_indices(info, max_frames=bank_max, per_second=bank_per_second)
-        chunked = len(cand) > out.bank_chunk
-        union = np.unique(uniform) if chunked else np.union1d(uniform, cand)  # each frame decoded once
-        out.frame_size = tuple(int(x) for x in frame_shape(info.width, info.height))
-        out.frames = decode_frames(item.path, union, size=out.frame_size)
-        if gauge is not None:
-            gauge.add(len(out.frames))
-        out.union = union
-        out.bank = cand
-        out.uniform = np.searchsorted(union, uniform)
-        out.candidates = None if chunked else np.searchsorted(union, cand)
-        if frame_store != FrameStore.NONE and not chunked:
-            t = time.perf_counter()
-            out.stored = encode_frames(out.frames[out.candidates], frame_store)
-            out.store_seconds = time.perf_counter() - t
-    except VideoError as exc:
-        out.error = strip_paths(summarize(exc))  # reasons are shown to API clients: no paths
-    except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal
-        out.error = strip_paths(describe(exc))
-    out.seconds = time.perf_counter() - start
-    return out
 
 
 def plan_batches(items: Sequence[SourceItem], done: set[str], batch_videos: int) -> list[list[SourceItem]]:
@@ -675,14 +457,6 @@ class BatchEncoder:
             for d in group:
                 out.update(self._guarded([d], fn))
             return out
-
-
-def source_stat(path: Path) -> str | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _unchanged(path: Path, fingerprint: str, stat: str | None) -> bool:

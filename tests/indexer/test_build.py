@@ -152,14 +152,16 @@ def test_build_stats_verify_oneshot(corpus, tiny_checkpoint, tmp_path):
 
 
 def test_every_frame_decoded_once(corpus, tiny_checkpoint, tmp_path, monkeypatch):
+    from indexer import decoding
+
     calls = []
-    real = pipeline.decode_frames
+    real = decoding.decode_frames
 
     def counting(path, indices, *, size):
         calls.append((str(path), list(indices)))
         return real(path, indices, size=size)
 
-    monkeypatch.setattr(pipeline, "decode_frames", counting)
+    monkeypatch.setattr(decoding, "decode_frames", counting)
     assert not build_index(corpus, tmp_path / "i", _opts(tiny_checkpoint)).stopped
     paths = [p for p, _ in calls]
     assert len(paths) == len(set(paths)) == len(GOOD)  # one decode call per video

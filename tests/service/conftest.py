@@ -72,6 +72,9 @@ def make_settings(tiny_checkpoint, tiny_head, qaslr_index):
             default_frames=8,
             max_frames=16,
             redis_url=None,
+            # tests start many servers: the warm-up before ready is tested on its own
+            # (tests/service/test_warm_up.py), the others start cold
+            warm_up=False,
         )
         values.update(overrides)
         return Settings(**values)

@@ -63,8 +63,9 @@ def test_warm_second_query_decodes_nothing(make_settings, shared_redis_prefix):
     from service.app import create_app
 
     client, prefix = shared_redis_prefix
-    settings = make_settings(redis_url=SHARED_REDIS, cache_prefix=prefix, cache_ttl_s=600)
-    payload = {"query": QUERY, "top_k": 4, "shortlist": 4, "frames": 6}
+    # the heavy tier's frames only: no moment refinement reading more
+    settings = make_settings(redis_url=SHARED_REDIS, cache_prefix=prefix, cache_ttl_s=600, refine_moments=0)
+    payload = {"query": QUERY, "top_k": 4, "shortlist": 4, "heavy": 4, "frames": 6}
     app = create_app(settings)
     with live_server(app) as http:
         assert http.get("/readyz").json()["cache"] == "redis"

@@ -21,8 +21,8 @@ def test_a_decoder_error_without_a_message_is_not_a_500(make_settings, monkeypat
 
     with live_server(create_app(make_settings())) as client:
         monkeypatch.setattr(decord, "VideoReader", broken)  # stage 2 decodes nothing from now on
-        r = client.post("/search", json={"query": "a red block", "top_k": 3, "shortlist": 3})
+        r = client.post("/search", json={"query": "a red block", "top_k": 3, "shortlist": 3, "heavy": 3})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert [x["reranked"] for x in body["results"]] == [False] * 3  # stage-1 order kept
+    assert [x["tier"] for x in body["results"]] == ["frame"] * 3  # the frame tier's order kept
     assert len(body["warnings"]) == 3

@@ -18,7 +18,8 @@ QUERY = "a red block slides across the sea"
 # JPEG quality 95, 4:4:4: the largest |s_ij(store) - s_ij(decoded)| allowed on the tiny random
 # backbone (benchmarks/bench_cold_rerank.py measures it on 720p H.264 and the tiny-world backbone)
 JPEG_SCORE_TOLERANCE = 0.01
-SEARCH = {"query": QUERY, "top_k": 8, "shortlist": 8, "frames": 6, "seed": 3}
+# the heavy tier on all 8 candidates: these tests are about where its frames come from
+SEARCH = {"query": QUERY, "top_k": 8, "shortlist": 8, "heavy": 8, "frames": 6, "seed": 3}
 STORE_OPTIONS = {k: v for k, v in BUILD_OPTIONS.items() if k != "frame_store"}
 
 
