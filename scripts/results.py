@@ -100,15 +100,27 @@ def _command(data: dict, script: str) -> str:
 
 
 def _environment(data: dict) -> str:
+    """The environment a benchmark recorded (benchmarks/provenance.py), in one line."""
     env = data.get("environment") or data.get("meta") or {}
-    keys = ("commit", "python", "torch", "transformers", "faiss", "threads", "nproc", "cpu_count")
     found = []
-    for key in keys:
-        value = env.get(key)
-        if value is None and isinstance(env.get("packages"), dict):
-            value = env["packages"].get(key)
-        if value is not None:
-            found.append(f"{key} {value}")
+    git = env.get("git") or {}
+    if git.get("commit"):
+        found.append(
+            f"commit {git['commit'][:10]}" + (" (with uncommitted changes)" if git.get("dirty") else "")
+        )
+    if env.get("python"):
+        found.append(f"Python {env['python']}")
+    packages = env.get("packages") or {}
+    for name in ("torch", "transformers", "numpy", "pillow", "av", "faiss-cpu"):
+        if packages.get(name):
+            found.append(f"{name} {packages[name]}")
+    threads = env.get("threads") or {}
+    if threads.get("torch_num_threads") is not None:
+        found.append(f"torch threads {threads['torch_num_threads']}")
+    for key in ("cpu_count", "nproc"):
+        if env.get(key) is not None:
+            found.append(f"{env[key]} CPUs")
+            break
     return ", ".join(found)
 
 
@@ -134,7 +146,10 @@ def quality_section(data: dict) -> list[str]:
         "",
     ]
     per_seed = data["per_seed"]
-    frame_rows = [m for s in seeds for m, row in per_seed[s].items() if "absent_below" in row]
+    frame_rows = [  # the mode that measured it (the others carry NaN)
+        m for s in seeds for m, row in per_seed[s].items() if isinstance(row.get("absent_below"), float)
+        and row["absent_below"] == row["absent_below"]
+    ]  # fmt: skip
     if frame_rows:
         mode = frame_rows[0]
         rows = [per_seed[s][mode] for s in seeds]
