@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,6 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.serving import QaslrServe  # noqa: E402
 
 QUERIES = [
     "a red circle moves left",
@@ -57,7 +58,8 @@ def pct(values, q) -> float:
 
 
 def build_index(work: Path, videos: int, min_s: float, max_s: float) -> tuple[Path, Path]:
-    from qaslr.commands.indexer import main as indexer_main
+    from indexer import BuildOptions
+    from indexer import build_index as build
     from training.backbone import tiny_world_checkpoint
     from world.corpus import CorpusConfig, make_corpus
 
@@ -71,52 +73,15 @@ def build_index(work: Path, videos: int, min_s: float, max_s: float) -> tuple[Pa
     )
     index = work / f"index-oneshot-{videos}-{min_s:g}-{max_s:g}"
     if not (index / "manifest.json").exists():
-        args = ["build", str(corpus.manifest), "--index", str(index), "--model", str(model)]
-        code = indexer_main(args + ["--embedder", "oneshot", "--no-progress", "--log-level", "WARNING"])
-        if code not in (0, None):
-            raise SystemExit(f"indexer build failed with status {code}")
+        report = build(corpus.manifest, index, BuildOptions(model=str(model), embedder="oneshot"))
+        if report.has_failures or report.stopped:
+            raise SystemExit(f"indexer build failed: {report.summary()}")
     return model, index
 
 
-class Server:
-    """``qaslr serve`` in a subprocess on a free loopback port (clients do not share its GIL)."""
-
-    def __init__(self, model: Path, index: Path, env: dict[str, str]):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.cmd = [sys.executable, "-m", "qaslr.cli", "--log-level", "WARNING", "serve"]
-        self.cmd += [
-            "--index",
-            str(index),
-            "--model",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
-        self.env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-
-    def __enter__(self) -> str:
-        import httpx
-
-        self.proc = subprocess.Popen(self.cmd, env=self.env)
-        url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 180
-        while True:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("qaslr serve did not start")
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    return url
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait(30)
+def Server(model: Path, index: Path, env: dict[str, str]) -> QaslrServe:
+    """The API over ``index`` (benchmarks/serving.py)."""
+    return QaslrServe(["--index", str(index), "--model", str(model)], env=env)
 
 
 def _post(client, body: dict) -> tuple[int, float, dict | None]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.serving import QaslrServe  # noqa: E402
 
 QUERIES = [
     "a red block moves to the left",
@@ -94,48 +96,11 @@ def build_corpus(root: Path, num_videos: int) -> tuple[Path, Path, Path]:
     return ckpt, head, index
 
 
-class ServeProcess:
-    """``qaslr serve`` in a subprocess (so client threads do not share the server's GIL)."""
-
-    def __init__(self, ckpt: Path, head: Path, index: Path, *, env: dict[str, str]):
-        import os
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "qaslr.cli",
-            "--log-level",
-            "WARNING",
-            "serve",
-            "--index",
-            str(index),
-        ]
-        self.cmd += ["--model", str(ckpt), "--head", str(head), "--port", str(self.port)]
-        self.env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-
-    def __enter__(self) -> str:
-        import httpx
-
-        self.proc = subprocess.Popen(self.cmd, env=self.env)
-        url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("qaslr serve did not start")
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    return url
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait(30)
+def ServeProcess(ckpt: Path, head: Path, index: Path, *, env: dict[str, str]) -> QaslrServe:
+    """The API over the streaming ``index`` (benchmarks/serving.py)."""
+    return QaslrServe(
+        ["--index", str(index), "--model", str(ckpt), "--head", str(head)], env=env, timeout_s=120
+    )
 
 
 def pct(values, q):

@@ -92,17 +92,13 @@ TINY = Settings(
 
 def build_index(manifest: Path, index: Path, model: Path, s: Settings) -> None:
     """Index ``manifest`` one-shot with K frames per video (and the default frame bank)."""
-    from qaslr.commands.indexer import main as indexer_main
+    from indexer import BuildOptions
+    from indexer import build_index as build
 
-    code = indexer_main(
-        [
-            "build", str(manifest), "--index", str(index), "--model", str(model), "--embedder", "oneshot",
-            "--frames", str(s.index_frames), "--clip-len", str(s.clip_len), "--no-progress",
-            "--log-level", "WARNING",
-        ]
-    )  # fmt: skip
-    if code not in (0, None):
-        raise SystemExit(f"indexer build failed with status {code}")
+    options = BuildOptions(model=str(model), embedder="oneshot", frames=s.index_frames, clip_len=s.clip_len)
+    report = build(manifest, index, options)
+    if report.has_failures or report.stopped:
+        raise SystemExit(f"indexer build failed: {report.summary()}")
 
 
 def make_head(model: Path, directory: Path, s: Settings) -> None:
