@@ -17,6 +17,7 @@ One-shot pathway: all selected frames of a video in one backbone context, last-t
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -184,7 +185,9 @@ class VideoEncoder:
                 head.config.text_conditioning if head is not None else DEFAULT_TEXT_CONDITIONING
             )
         self.text_conditioning = TextConditioning(text_conditioning)
-        self.head_seconds = 0.0  # time spent in the head (memory updates, readouts, gate) so far
+        # time spent in the head (memory updates, readouts, gate) so far, per calling thread, so that
+        # concurrent encodes (engine.batching's workers) each see only their own: see head_seconds
+        self._head_seconds: dict[int, float] = {}
         if head is not None:
             if head.config.hidden_size != backbone.hidden_size:
                 raise ValueError(
@@ -202,6 +205,12 @@ class VideoEncoder:
     @property
     def embed_dim(self) -> int:
         return self.backbone.embed_dim
+
+    @property
+    def head_seconds(self) -> float:
+        """Seconds this thread has spent in the head so far (a difference of two readings times one
+        encode, also while other threads encode with the same encoder)."""
+        return self._head_seconds.get(threading.get_ident(), 0.0)
 
     def clip_plan(self, num_selected: int) -> tuple[np.ndarray, np.ndarray]:
         """Positions (into the selected frames) of each clip and their mask (Eq. 3)."""
@@ -331,7 +340,8 @@ class VideoEncoder:
             clip_frames[v].append(frames)
             if exit_policy is not None and exit_policy.stops(z, len(readouts[v]), planned[v]):
                 exited.add(v)
-            self.head_seconds += time.perf_counter() - t0
+            me = threading.get_ident()
+            self._head_seconds[me] = self._head_seconds.get(me, 0.0) + time.perf_counter() - t0
         results = []
         for v in range(len(videos)):
             steps = torch.stack(readouts[v])
