@@ -11,7 +11,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # the project's packages, plus the benchmark and helper scripts
-PACKAGES = ("core", "models", "indexer", "engine", "service", "training", "qaslr", "world", "benchmarks", "scripts")
+PACKAGES = (
+    "core",
+    "models",
+    "indexer",
+    "engine",
+    "service",
+    "training",
+    "qaslr",
+    "world",
+    "benchmarks",
+    "scripts",
+)
 MAX_MODULE_LINES = 600
 WEB_STACK = ("fastapi", "starlette", "pydantic_settings")
 # packages that must import none of WEB_STACK (the web service is service/'s alone)
@@ -111,6 +122,7 @@ def test_the_rules_see_what_they_forbid(tmp_path):
     assert "sibling" not in _imported(module)
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and every engine module (about 15 s)
 def test_the_engine_loads_and_searches_without_the_web_stack():
     """Importing every engine module in a fresh interpreter loads none of the web stack (nor pydantic):
     the engine is usable without HTTP (tests/engine/ searches an index through it alone)."""

@@ -18,6 +18,10 @@ import pytest
 
 from tests.helpers import ServerProcess, free_port
 
+pytestmark = (
+    pytest.mark.slow
+)  # starts the indexer and the server in fresh processes, offline (about a minute)
+
 ROOT = Path(__file__).resolve().parents[1]
 HUB_ID = "Qwen/Qwen3-VL-Embedding-2B"
 BUILD_FLAGS = ["-K", "8", "-L", "4", "--no-progress", "--workers", "1", "--frame-store", "none"]

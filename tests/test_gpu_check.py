@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # renders, indexes and searches in every mode (about 20 s)
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("indexed", "frames", "oneshot_all_r", "streaming_all_r", "cascade")
 

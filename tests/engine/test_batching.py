@@ -15,6 +15,8 @@ import torch
 from engine.batching import EncodeBatcher, EncodeCancelled
 from engine.worker import ModelWorker, QueueFull
 
+pytestmark = pytest.mark.slow  # builds an index and runs concurrent searches (about 30 s)
+
 QUERIES = ["a red square", "a blue circle", "a green triangle", "a yellow star", "two shapes meet", "a flash"]
 
 
