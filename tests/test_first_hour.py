@@ -24,7 +24,6 @@ pytestmark = (
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_ID = "Qwen/Qwen3-VL-Embedding-2B"
-BUILD_FLAGS = ["-K", "8", "-L", "4", "--no-progress", "--workers", "1", "--frame-store", "none"]
 
 
 def _offline_env(tmp_path: Path, *, how: str) -> dict[str, str]:
@@ -75,11 +74,11 @@ def test_indexer_build_without_model_fails_fast_offline(tmp_path, sample_videos,
 
 @pytest.fixture(scope="module")
 def built_index(tmp_path_factory, sample_videos, tiny_checkpoint) -> Path:
+    from indexer import BuildOptions, build_index
+
     index = tmp_path_factory.mktemp("first_hour") / "index"
-    cmd = [sys.executable, "-m", "qaslr.commands.indexer", "build", str(sample_videos), "--index", str(index)]
-    cmd += ["--model", str(tiny_checkpoint), *BUILD_FLAGS]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    options = BuildOptions(model=str(tiny_checkpoint), frames=8, clip_len=4, workers=1, frame_store="none")
+    assert not build_index(sample_videos, index, options).stopped
     return index
 
 

@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from indexer import previews
+from indexer import BuildOptions, build_index, previews
 from indexer.maintenance import verify_index
 from qaslr.commands.indexer import main
 from world.media import write_video
@@ -102,7 +102,7 @@ def test_previews_are_made_verified_and_swept_with_the_index(tmp_path, tiny_chec
     write_video(src / "old.avi", _frames(24, 96, 64, 2), fps=12, codec="mpeg4")
     write_video(more / "new.mkv", _frames(24, 96, 64, 3), fps=12, codec="mpeg4")
     index = tmp_path / "index"
-    assert main(["build", str(src), "--index", str(index), "--model", str(tiny_checkpoint), *COMMON]) == 0
+    assert not build_index(src, index, BuildOptions(model=str(tiny_checkpoint), frames=8, clip_len=4)).stopped
     folder = index / "previews"
     assert not folder.exists()  # made lazily unless asked for
     rep = verify_index(index)
