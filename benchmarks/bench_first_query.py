@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,15 +28,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.serving import QaslrServe  # noqa: E402
 from world.vocab import EVENTS  # noqa: E402
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _index(work: Path, model: Path) -> Path:
@@ -54,43 +46,19 @@ def _index(work: Path, model: Path) -> Path:
 
 
 def _one_start(index: Path, model: Path, warm_up: bool, queries: list[str]) -> dict:
-    port = free_port()
     env = {
-        **os.environ,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-        "QASLR_INDEX": str(index),
-        "QASLR_MODEL": str(model),
         "QASLR_WARM_UP": "true" if warm_up else "false",
-        "QASLR_LOG_LEVEL": "warning",
+        "REDIS_URL": "",  # the in-process frame cache, whatever this shell has
     }
-    env.pop("REDIS_URL", None)
-    cmd = [sys.executable, "-m", "qaslr.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=url, timeout=120) as client:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the server did not become ready")
-                time.sleep(0.1)
-            ready_s = time.perf_counter() - t0
-            times = []
-            for query in queries:
-                t = time.perf_counter()
-                r = client.post("/search", json={"query": query, "top_k": 5})
-                r.raise_for_status()
-                times.append((time.perf_counter() - t) * 1e3)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    return {"ready_s": ready_s, "first_ms": times[0], "warm_ms": statistics.median(times[1:])}
+    server = QaslrServe(["--index", str(index), "--model", str(model)], env=env, timeout_s=300)
+    with server as url, httpx.Client(base_url=url, timeout=120) as client:
+        times = []
+        for query in queries:
+            t = time.perf_counter()
+            client.post("/search", json={"query": query, "top_k": 5}).raise_for_status()
+            times.append((time.perf_counter() - t) * 1e3)
+    return {"ready_s": server.ready_s, "first_ms": times[0], "warm_ms": statistics.median(times[1:])}
 
 
 def main(argv=None) -> int:

@@ -26,7 +26,6 @@ class QaslrServe:
         self.cmd = [sys.executable, "-m", "qaslr.cli", "--log-level", "WARNING", "serve", *args]
         self.cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-        self.env.pop("REDIS_URL", None) if "REDIS_URL" not in (env or {}) else None
         self.timeout_s = timeout_s
         self.ready_s = float("nan")
 
