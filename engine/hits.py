@@ -35,10 +35,23 @@ class Hit:
     moment_run: object = None  # engine.moments.RelevanceRun behind ``moment`` (for refinement)
     peak: float | None = None  # max_c q·f_c over the video's frame bank
     relevance: float | None = None  # engine.relevance: this video holds what the query describes (0..1)
-    frame_score: float | None = None  # the frame tier's score (engine.tiers.frame), when it ran
+    frame_score: float | None = None
+    bank_relevance: np.ndarray | None = (
+        None  # q·f_c over the video's frame bank, computed once a search  # the frame tier's score (engine.tiers.frame), when it ran
+    )
 
 
 def ordered(hits: list[Hit]) -> list[Hit]:
     """Reranked candidates by score (ties: stage-1 order), then the rest in stage-1 order."""
     reranked = sorted((h for h in hits if h.reranked), key=lambda h: (-h.score, h.stage1_rank))
     return reranked + sorted((h for h in hits if not h.reranked), key=lambda h: h.stage1_rank)
+
+
+def bank_relevance(index, hit: Hit, q: np.ndarray) -> np.ndarray:
+    """q·f_c over ``hit``'s frame bank: computed on first use in a search and kept on the hit, so the
+    frame tier, selection, evidence, moments, timelines and clips of one search share one product."""
+    if hit.bank_relevance is None:
+        from engine.moments import relevance_scores
+
+        hit.bank_relevance = relevance_scores(index.frame_bank(hit.video_id).embeddings, q)
+    return hit.bank_relevance

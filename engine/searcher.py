@@ -30,12 +30,11 @@ from core.config import (
 )
 from engine.cache import FrameCache
 from engine.frames import FrameSource, FrameStats
-from engine.hits import EvidenceItem, Hit
+from engine.hits import EvidenceItem, Hit, bank_relevance
 from engine.moments import (
     Timeline,
     duration_of,
     relevance_runs,
-    relevance_scores,
     relevance_timeline,
     run_span,
 )
@@ -390,7 +389,7 @@ class Searcher:
                 [(a, b, float(v)) for (a, b), v in zip(hit.step_spans, hit.step_scores, strict=False)],
             )
         bank = self.index.frame_bank(hit.video_id)
-        relevance = relevance_scores(bank.embeddings, q_vec)
+        relevance = bank_relevance(self.index, hit, q_vec)
         fps = float(hit.record.fps) if hit.record is not None else 1.0
         return relevance_timeline(bank.timestamps, relevance, 1.0 / fps, duration_of(hit.record))
 
@@ -403,7 +402,7 @@ class Searcher:
         null = self._null(q_vec)
         for hit in hits:
             bank = self.index.frame_bank(hit.video_id)
-            relevance_values = relevance_scores(bank.embeddings, q_vec)
+            relevance_values = bank_relevance(self.index, hit, q_vec)
             fps = float(hit.record.fps) if hit.record is not None else 1.0
             for run in relevance_runs(relevance_values, limit=MAX_CLIPS_PER_VIDEO):
                 rows = np.arange(run.first, run.last + 1)
@@ -435,7 +434,7 @@ class Searcher:
         null = self._null(q_vec)
         for hit in hits:
             if hit.peak is None:
-                rel = relevance_scores(self.index.frame_bank(hit.video_id).embeddings, q_vec)
+                rel = bank_relevance(self.index, hit, q_vec)
                 hit.peak = float(rel.max()) if rel.size else None
             hit.relevance = None if hit.peak is None else relevance(hit.peak, null)
 
@@ -443,7 +442,7 @@ class Searcher:
         """Evidence of a hit no heavy tier re-encoded: the top-K' frames of its bank by relevance,
         chronological."""
         bank = self.index.frame_bank(hit.video_id)
-        relevance = relevance_scores(bank.embeddings, q_vec)
+        relevance = bank_relevance(self.index, hit, q_vec)
         pos = np.sort(np.argsort(-relevance, kind="stable")[: p.frames])
         hit.evidence = [
             EvidenceItem(int(bank.frame_indices[i]), float(bank.timestamps[i]), float(relevance[i]))
@@ -455,7 +454,7 @@ class Searcher:
         relevance peak above half-way from the video's median to its peak (engine.moments), its
         edges half-way to the neighbouring bank frames (refined later for the top results)."""
         bank = self.index.frame_bank(hit.video_id)
-        relevance = relevance_scores(bank.embeddings, q_vec)
+        relevance = bank_relevance(self.index, hit, q_vec)
         runs = relevance_runs(relevance, limit=1)
         if not runs:
             hit.moment, hit.moment_source = None, None

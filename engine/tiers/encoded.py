@@ -27,8 +27,7 @@ import torch
 
 from core.errors import summarize
 from engine.frames import FrameSource
-from engine.hits import EvidenceItem, Hit, ordered
-from engine.moments import relevance_scores
+from engine.hits import EvidenceItem, Hit, bank_relevance, ordered
 from engine.tiers.base import Tier, TierRequest
 from models.backbone import VideoClip
 from models.selection import query_aware_positions, selection_seed
@@ -69,7 +68,7 @@ class EncodeTier(Tier):
     def select(self, hit: Hit, q: np.ndarray, k: int, seed: int):
         """(frame indices, timestamps, relevance) of the K' frames chosen for ``hit`` (Eq. 2)."""
         bank = self.index.frame_bank(hit.video_id)
-        relevance = relevance_scores(bank.embeddings, q)  # [C]
+        relevance = bank_relevance(self.index, hit, q)  # [C]
         pos = query_aware_positions(
             relevance, k, temperature=self.temperature, seed=selection_seed(seed, hit.video_id)
         )

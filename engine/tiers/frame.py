@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.config import FRAME_AGGREGATE, FrameAggregate
-from engine.hits import Hit, ordered
-from engine.moments import relevance_scores
+from engine.hits import Hit, bank_relevance, ordered
 from engine.tiers import register
 from engine.tiers.base import Tier, TierRequest
 
@@ -59,7 +58,7 @@ class FrameTier(Tier):
         with request.clock.stage("frame"):
             # one product per bank, read from the float16 bank in place (no float32 copy of the
             # whole shortlist: with hour-long banks that copy cost more than the products)
-            relevance = [relevance_scores(self.index.frame_bank(h.video_id).embeddings, q) for h in hits]
+            relevance = [bank_relevance(self.index, h, q) for h in hits]
             for hit, rel in zip(hits, relevance, strict=True):
                 hit.score = frame_score(rel, self.aggregate)
                 hit.frame_score = hit.score
