@@ -74,6 +74,7 @@ METRICS = (
     ("moment_len_s", "moment len s", False),
     ("event_len_s", "event len s", False),
     ("moment", "moment ±1 s %", True),
+    ("bank_holds", "bank holds event %", True),
     ("needle_recall", "needle recall %", True),
     ("order", "order %", True),
     ("move", "v_ij move", False),
@@ -97,6 +98,9 @@ STAGE2 = ("frame", "selection", "decode", "encode", "head")
 MOMENTS = ("moment", "refine")
 
 
+BUILDS = "_builds"  # per seed: what each index's build cost and takes (not a mode)
+
+
 @dataclass(frozen=True)
 class Mode:
     name: str
@@ -106,6 +110,7 @@ class Mode:
     request: tuple = ()  # extra request fields as (name, value) pairs (e.g. the cascade's heavy)
     exit_threshold: float | None = None
     full_twin: str | None = None  # mode whose top-1 this one is compared with (early exit)
+    bank: int | None = None  # the index's frame-bank cap (None: BuildOptions' default)
 
 
 def covers(moment, start: float, end: float, slack: float = 1.0) -> bool:
@@ -131,12 +136,23 @@ def needle_recall(hit, video, bank) -> float | None:
     return len(in_event & chosen) / len(in_event)
 
 
-def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
-    from indexer import BuildOptions, build_index
+def bank_holds(video, bank) -> float:
+    """1 when the frame bank holds at least one frame inside the event's span, else 0 (stage 2
+    selects only from the bank, so an event the bank missed cannot be found by it)."""
+    (_, start, end), *_ = video.events
+    return float(bool(np.any((bank.timestamps >= start) & (bank.timestamps <= end))))
+
+
+def build(manifest: Path, index: Path, model: Path, head: Path | None, bank: int | None = None) -> dict:
+    """Build (or resume) ``index`` and return what the build cost and what the index takes: video
+    minutes indexed per second of wall time (recorded beside the index when it was built, so a
+    cached index still reports its own build), bank frames per video, and bytes per hour of video."""
+    from indexer import BuildOptions, build_index, index_stats
     from indexer.store import IndexMismatchError
 
     embedder = None if head else "oneshot"
-    options = BuildOptions(model=str(model), head_dir=str(head) if head else None, embedder=embedder)
+    extra = {"bank_frames": bank} if bank else {}
+    options = BuildOptions(model=str(model), head_dir=str(head) if head else None, embedder=embedder, **extra)
     try:
         report = build_index(manifest, index, options)
     except IndexMismatchError as exc:  # a cached index from other settings: never compare those
@@ -144,6 +160,23 @@ def build(manifest: Path, index: Path, model: Path, head: Path | None) -> None:
         shutil.rmtree(index)
         report = build_index(manifest, index, options)
     print(report.summary())
+    record = index.parent / f"{index.name}.build.json"
+    if report.stats.indexed:  # this run built it: its cost is this run's
+        st = report.stats
+        cost = {
+            "video_min": st.video_s / 60, "wall_s": st.wall_s,
+            "video_min_per_s": st.video_s / 60 / st.wall_s if st.wall_s else float("nan"),
+        }  # fmt: skip
+        record.write_text(json.dumps(cost) + "\n")
+    cost = json.loads(record.read_text()) if record.exists() else {}
+    stats = index_stats(index)
+    videos = max(1, stats["indexed"])
+    return {
+        **cost,
+        "bank_frames_per_video": stats["bank_frames"] / videos,
+        "bank_bytes_per_hour": stats["frame_bank"]["bytes_per_hour"],
+        "store_bytes_per_hour": stats["frame_store"]["bytes_per_hour"],
+    }
 
 
 def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
@@ -180,6 +213,7 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
         rows["miou"].append(overlap)  # a wrong top-1 counts as a miss (IoU 0)
         rows["r1@0.5"].append(float(overlap >= 0.5))
         rows["r1@0.7"].append(float(overlap >= 0.7))
+        rows["bank_holds"].append(bank_holds(video, engine.index.frame_bank(right)))
         right_hit = next((h for h in result.hits if h.video_id == right), None)
         embedding = None
         if right_hit is not None and right_hit.embedding is not None:  # re-encoded by a heavy tier
@@ -290,6 +324,10 @@ def modes_for(args) -> list[Mode]:
                     )
                 )
         modes.append(Mode(f"cascade, the default{text}", "oneshot", "rerank", cond))
+    if args.legacy_bank:  # the bank policy before: at most --legacy-bank frames per video
+        cap = args.legacy_bank
+        modes.append(Mode(f"frame tier, bank <= {cap} (before)", "oneshot", "frames", bank=cap))
+        modes.append(Mode(f"cascade, the default, bank <= {cap} (before)", "oneshot", "rerank", bank=cap))
     if args.index_head:
         modes.append(Mode("uniform QASLR", "qaslr", "indexed"))
     for spec in args.rerank_head:
@@ -339,13 +377,17 @@ def one_seed(seed: int, args, model: Path) -> dict:
         )  # fmt: skip
     results: dict[str, dict] = {}
     tops: dict[str, dict] = {}
+    builds: dict[str, dict] = {}
     for mode in modes_for(args):
         head = Path(args.index_head) if mode.index == "qaslr" else None
         for name, corpus in (("single", single), ("order", order)):
             if corpus is None:
                 continue
-            index = work / f"index-{mode.index}-{name}-{seed}-{model.name}"
-            build(corpus.manifest, index, model, head)
+            bank = f"-bank{mode.bank}" if mode.bank else ""
+            index = work / f"index-{mode.index}-{name}-{seed}-{model.name}{bank}"
+            built = build(corpus.manifest, index, model, head, mode.bank)
+            if name == "single":
+                builds[f"{mode.index}{bank}"] = built
             config = EngineConfig(
                 index=index, model=str(model), head=head, default_frames=args.frames, **dict(mode.settings)
             )
@@ -366,6 +408,7 @@ def one_seed(seed: int, args, model: Path) -> dict:
         if mode.full_twin and mode.full_twin in tops:
             full, early = tops[mode.full_twin], tops[mode.name]
             results[mode.name]["agreement"] = float(np.mean([early[q][0] == full[q][0] for q in full]))
+    results[BUILDS] = builds
     return results
 
 
@@ -389,6 +432,11 @@ def main(argv=None) -> int:
     p.add_argument("--min-s", type=float, default=120.0)
     p.add_argument("--max-s", type=float, default=300.0)
     p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")
+    p.add_argument(
+        "--legacy-bank", type=int, default=0, metavar="C",
+        help="also index with at most C bank frames per video (the policy before: 256) and add its frame-tier "
+        "and cascade rows (0: off)",
+    )  # fmt: skip
     p.add_argument("--shortlist", type=int, default=10, help="R")
     p.add_argument(
         "--heavy", type=int, nargs="+", default=[1, 2, DEFAULT_HEAVY],
@@ -456,6 +504,19 @@ def main(argv=None) -> int:
         cells = [statistics.fmean(per_seed[s][mode].get("stages_ms", {}).get(k, 0.0) for s in args.seeds)
                  for k in stage_names]  # fmt: skip
         print(f"| {mode} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+    print("\nindexing (single-event corpus): video minutes per second of build, and what the index takes")
+    print("| index | video min / s | bank frames / video | bank MB / h of video | store MB / h of video |")
+    print("|---|---|---|---|---|")
+    for name in sorted({k for s in args.seeds for k in per_seed[s][BUILDS]}):
+        got = [per_seed[s][BUILDS][name] for s in args.seeds if name in per_seed[s][BUILDS]]
+
+        def col(key: str, scale: float = 1.0) -> str:
+            return fmt([g.get(key, float("nan")) * scale for g in got], False)  # noqa: B023
+
+        print(
+            f"| {name} | {col('video_min_per_s')} | {col('bank_frames_per_video')} | "
+            f"{col('bank_bytes_per_hour', 1e-6)} | {col('store_bytes_per_hour', 1e-6)} |"
+        )
     if args.json:
         Path(args.json).write_text(
             json.dumps(

@@ -7,7 +7,9 @@ Nothing here is typed by hand: every number comes from a JSON file under docs/be
 benchmark command that the page names beside each table:
 
     docs/bench/quality.json         benchmarks/bench_quality.py --json ...   (shapes world, 3 seeds)
+    docs/bench/quality_long.json    benchmarks/bench_quality.py --min-s 720 --max-s 1200 ... (long videos)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
+    docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
     docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
     docs/bench/first_query.json     benchmarks/bench_first_query.py --json ... (a fresh server's first query)
 
@@ -38,6 +40,8 @@ QUALITY_COLUMNS = (
     ("miou", "mIoU", False),
     ("moment_len_s", "moment s", False),
     ("order", "order %", True),
+    ("bank_holds", "bank holds event %", True),
+    ("needle_recall", "needle recall %", True),
     ("stage2_ms", "stage-2 ms", False),
     ("moments_ms", "moments ms", False),
     ("latency_ms", "p50 ms", False),
@@ -72,7 +76,34 @@ def _mean_std(values: list[float], pct: bool) -> str:
 
 def _modes(per_seed: dict) -> list[str]:
     first = next(iter(per_seed.values()))
-    return list(first)
+    return [m for m in first if not m.startswith("_")]  # "_builds" and the like are not modes
+
+
+def _builds_table(data: dict) -> list[str]:
+    """bench_quality's per-seed "_builds": what each index's build cost and what it takes."""
+    per_seed = data["per_seed"]
+    seeds = list(per_seed)
+    names = sorted({n for s in seeds for n in per_seed[s].get("_builds", {})})
+    if not names:
+        return []
+    out = [
+        "Indexing the single-event corpus (*oneshot* is the index every mode above searches; *-bankC* the same "
+        "corpus with at most C bank frames per video, the policy before):",
+        "",
+        "| index | video min / s of build | bank frames / video | bank MB / h of video | frame store MB / h of video |",
+        "|---|---|---|---|---|",
+    ]
+    for name in names:
+        got = [per_seed[s]["_builds"][name] for s in seeds if name in per_seed[s].get("_builds", {})]
+
+        def col(key: str, scale: float = 1.0) -> str:
+            return _mean_std([g.get(key, float("nan")) * scale for g in got], False)  # noqa: B023
+
+        out.append(
+            f"| {name} | {col('video_min_per_s')} | {col('bank_frames_per_video')} | "
+            f"{col('bank_bytes_per_hour', 1e-6)} | {col('store_bytes_per_hour', 1e-6)} |"
+        )
+    return [*out, ""]
 
 
 def _quality_table(data: dict, columns) -> list[str]:
@@ -96,6 +127,12 @@ def _command(data: dict, script: str) -> str:
     parts = [f"OMP_NUM_THREADS=1 .venv/bin/python {script}"]
     if "seeds" in args:
         parts.append("--seeds " + " ".join(str(s) for s in args["seeds"]))
+    for flag, key, default in (
+        ("--videos", "videos", 32), ("--order-pairs", "order_pairs", 4), ("--min-s", "min_s", 120.0),
+        ("--max-s", "max_s", 300.0), ("--legacy-bank", "legacy_bank", 0),
+    ):  # fmt: skip
+        if key in args and args[key] != default:
+            parts.append(f"{flag} {args[key]:g}" if isinstance(args[key], float) else f"{flag} {args[key]}")
     return " ".join(parts)
 
 
@@ -124,11 +161,11 @@ def _environment(data: dict) -> str:
     return ", ".join(found)
 
 
-def quality_section(data: dict) -> list[str]:
+def quality_section(data: dict, title: str = "Retrieval quality in the shapes world") -> list[str]:
     args = data.get("args", {})
     seeds = list(data["per_seed"])
     out = [
-        "## Retrieval quality in the shapes world",
+        f"## {title}",
         "",
         f"`{_command(data, 'benchmarks/bench_quality.py')}` — {args.get('videos', 32)} videos of "
         f"{float(args.get('min_s', 120)):.0f}-{float(args.get('max_s', 300)):.0f} s per seed, one 2-3 s event each "
@@ -144,6 +181,7 @@ def quality_section(data: dict) -> list[str]:
         "",
         *_quality_table(data, QUALITY_COLUMNS),
         "",
+        *_builds_table(data),
     ]
     per_seed = data["per_seed"]
     frame_rows = [  # the mode that measured it (the others carry NaN)
@@ -210,6 +248,47 @@ def generic_section(title: str, script: str, data: dict) -> list[str]:
     return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
 
 
+def storage_section(data: dict) -> list[str]:
+    """What the frame bank and the frame store take per hour of video, and what compact banks would
+    cost in score error (benchmarks/bench_bank_storage.py)."""
+    hour = data.get("per_hour_bytes", {})
+
+    def mb(key: str) -> str:
+        return f"{hour[key] / 1e6:.1f}" if key in hour else "–"
+
+    out = [
+        "## Storage per hour of video",
+        "",
+        "`.venv/bin/python benchmarks/bench_bank_storage.py` — at the default bank policy, one frame a second "
+        "(3,600 bank frames an hour). The tiny-world backbone has d = 128 and a 128 px working size; a 2B-sized "
+        "Qwen3-VL-Embedding has d = 2048 and a 448 px working size.",
+        "",
+        "| | d = 128 (tiny world) | d = 2048 (2B-sized) |",
+        "|---|---|---|",
+        f"| frame bank, float16 (as stored), MB / h | {mb('bank_f16_d128')} | {mb('bank_f16_d2048')} |",
+        f"| frame bank, int8 + a scale per frame (not built), MB / h | {mb('bank_int8_d128')} | {mb('bank_int8_d2048')} |",
+        f"| frame store, JPEG (128 px / 448 px), MB / h | {mb('frame_store_128px')} | {mb('frame_store_448px')} |",
+        "",
+    ]
+    rows = [(k, v) for k, v in data.items() if isinstance(v, dict) and "max_abs_delta" in v]
+    if rows:
+        out += [
+            f"Compact banks against the float16 bank, {data.get('queries', '?')} queries x {data.get('bank_frames', '?')} "
+            f"bank frames of {data.get('videos', '?')} videos (d = {data.get('d', '?')}): the largest change of a "
+            "relevance q·f_c, and how often each (query, video)'s best frame and each query's best video stay the same.",
+            "",
+            "| bank | max abs change of q·f | best frame same | best frame within one | best video same |",
+            "|---|---|---|---|---|",
+        ]
+        for name, v in rows:
+            out.append(
+                f"| {name} | {v['max_abs_delta']:.4f} | {100 * v['best_frame_agreement']:.1f} % | "
+                f"{100 * v['best_frame_within_one']:.1f} % | {100 * v['best_video_agreement']:.1f} % |"
+            )
+        out.append("")
+    return out
+
+
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
@@ -230,6 +309,9 @@ def results_page() -> str:
     quality = _load("quality.json")
     if quality:
         out += quality_section(quality)
+    long = _load("quality_long.json")
+    if long:
+        out += quality_section(long, "Long videos: the same measurement at 12-20 min")
     for name, title, script in (
         ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
         ("load.json", "Many users at once", "benchmarks/bench_load.py"),
@@ -240,6 +322,9 @@ def results_page() -> str:
     faiss = _load("faiss_types_1m.json")
     if faiss:
         out += faiss_section(faiss)
+    storage = _load("bank_storage.json")
+    if storage:
+        out += storage_section(storage)
     return "\n".join(out).rstrip() + "\n"
 
 
