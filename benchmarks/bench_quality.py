@@ -2,14 +2,16 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
         [--heavy 1 2 3] [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
-        [--conditioning none] [--videos 32] [--order-pairs 4] [--frames 32] [--shortlist 10]
-        [--workdir DIR] [--json results.json]
+        [--conditioning none] [--videos 32] [--order-pairs 4] [--count-pairs 4] [--frames 32]
+        [--shortlist 10] [--workdir DIR] [--json results.json]
 
 Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
 videos (2-5 min, random size, aspect ratio, fps 4-8, H.264 / MPEG-4 / VP9 in mp4 / avi / webm /
 mkv), each a grey haystack with one 2-3 s event, every event distinct, queried with one of the
-world's phrasings; and ``--order-pairs`` mirror pairs (A then B / B then A) queried with ordered
-phrasings. It indexes them (K = 128 uniform frames, the default frame bank) with the shipped
+world's phrasings; ``--order-pairs`` mirror pairs (A then B / B then A) queried with ordered
+phrasings; and ``--count-pairs`` count pairs (one event shown once / twice, the showings at least
+20 s apart, over the same haystack) queried with count phrasings ("a red square appears twice").
+It indexes them (K = 128 uniform frames, the default frame bank) with the shipped
 tiny-world backbone, loads the engine, and runs every query through ``Searcher.search`` in each
 mode, in one run:
 
@@ -33,7 +35,10 @@ and reports, mean ± std over the seeds:
   median event length, and the share whose moment covers the event within ±1 s;
 - needle recall of the selection: over queries whose right video was re-encoded and whose event
   has frames in the frame bank, the share of those bank frames that stage 2 selected;
-- order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror;
+- order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror
+  (each search over the whole order corpus);
+- count: on the count pairs, the share of count queries whose right video ranks above its partner
+  (each search restricted to the pair by a filter on its ``group`` metadata);
 - v_ij move: mean 1 - cos(v_ij, v_j) of the right video (how far stage 2 moved its embedding);
 - clips: for streaming stage 2, the mean share of planned clips encoded (Eq. 19: saved = 1 - this)
   and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
@@ -77,6 +82,7 @@ METRICS = (
     ("bank_holds", "bank holds event %", True),
     ("needle_recall", "needle recall %", True),
     ("order", "order %", True),
+    ("count", "count %", True),
     ("move", "v_ij move", False),
     ("clips", "clips used %", True),
     ("agreement", "top-1 = full %", True),
@@ -276,21 +282,26 @@ def no_match(engine, corpus, args) -> dict:
     }
 
 
-def order_accuracy(engine, corpus, mode: Mode, args) -> float:
-    """Share of ordered queries whose right video ranks above its mirror."""
+def pair_accuracy(engine, corpus, kind: str, mode: Mode, args, *, within_pair: bool = False) -> float:
+    """Share of ``kind`` queries (order, count) whose right video ranks above its pair partner (the
+    mirror, the other count); each search over the whole corpus, or with ``within_pair`` over the
+    pair alone (a filter on the manifest's ``group``)."""
     truth = corpus.by_id()
     wins = []
-    for query, right in corpus.queries("order"):
-        mirror = next(v.id for v in corpus.videos if v.group == truth[right].group and v.id != right)
-        n = len(corpus.videos)
+    for query, right in corpus.queries(kind):
+        group = truth[right].group
+        partner = next(v.id for v in corpus.videos if v.group == group and v.id != right)
+        n = 2 if within_pair else len(corpus.videos)
         request = {
             "query": query, "mode": mode.search, "top_k": n, "shortlist": n, "frames": args.frames,
             "exit_threshold": mode.exit_threshold, **dict(mode.request),
         }  # fmt: skip
-        if "heavy" in request:  # the shortlist is the whole (smaller) order corpus
+        if within_pair:
+            request["filter"] = {"group": group}
+        if "heavy" in request:  # the shortlist is the whole (smaller) corpus or pair
             request["heavy"] = min(request["heavy"], n)
         ids = [h.video_id for h in engine.searcher.search(request).hits]
-        wins.append(float(ids.index(right) < ids.index(mirror)) if mirror in ids else 0.0)
+        wins.append(float(ids.index(right) < ids.index(partner)) if partner in ids else 0.0)
     return float(np.mean(wins)) if wins else float("nan")
 
 
@@ -375,12 +386,22 @@ def one_seed(seed: int, args, model: Path) -> dict:
             ),
             progress=True,
         )  # fmt: skip
+    count = None
+    if args.count_pairs:
+        count = make_corpus(
+            work / f"count-{seed}",
+            CorpusConfig(
+                videos=0, count_pairs=args.count_pairs, seed=2000 + seed, prefix="",
+                min_duration_s=args.min_s, max_duration_s=args.max_s,
+            ),
+            progress=True,
+        )  # fmt: skip
     results: dict[str, dict] = {}
     tops: dict[str, dict] = {}
     builds: dict[str, dict] = {}
     for mode in modes_for(args):
         head = Path(args.index_head) if mode.index == "qaslr" else None
-        for name, corpus in (("single", single), ("order", order)):
+        for name, corpus in (("single", single), ("order", order), ("count", count)):
             if corpus is None:
                 continue
             bank = f"-bank{mode.bank}" if mode.bank else ""
@@ -400,8 +421,10 @@ def one_seed(seed: int, args, model: Path) -> dict:
                         metrics.update(no_match(engine, single, args))
                     row.update(metrics)
                     tops[mode.name] = seen
+                elif name == "order":
+                    row["order"] = pair_accuracy(engine, corpus, "order", mode, args)
                 else:
-                    row["order"] = order_accuracy(engine, corpus, mode, args)
+                    row["count"] = pair_accuracy(engine, corpus, "count", mode, args, within_pair=True)
             finally:
                 engine.close()
     for mode in modes_for(args):  # early exit: agreement of the top-1 with the full stream's (Prop. 3)
@@ -429,6 +452,9 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--videos", type=int, default=32, help="single-event videos per corpus (1-32)")
     p.add_argument("--order-pairs", type=int, default=4, help="mirror pairs per seed (0: no order column)")
+    p.add_argument(
+        "--count-pairs", type=int, default=4, help="once / twice pairs per seed (0: no count column)"
+    )
     p.add_argument("--min-s", type=float, default=120.0)
     p.add_argument("--max-s", type=float, default=300.0)
     p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")

@@ -19,9 +19,9 @@ TRAIN="$FEAT --recipe two-stage --epochs ${EPOCHS:-20} --batch-size 16 --lr 3e-4
 TRAIN="$TRAIN${LAMBDA_CLIP:+ --lambda-clip $LAMBDA_CLIP}"
 mkdir -p "$W/runs"
 [ -d "$W/ckpt" ] || qaslr make-checkpoint "$W/ckpt" --preset tiny-world
-# six retrieval sets, 30 training corpora in all (960 single-event + 96 ordered queries) and one
+# six retrieval sets, 30 training corpora in all (960 single-event + 96 ordered + 96 counted queries) and one
 # validation corpus; four of them have the benchmark's longer videos (2-5 min). Seeds 7-17 keep
-# every corpus apart from the benchmark's (bench_quality renders corpora 0-2 and 1000-1002).
+# every corpus apart from the benchmark's (bench_quality renders corpora 0-2, 1000-1002 and 2000-2002).
 # make-synthetic reuses corpora already rendered, so a rerun only rewrites the (identical) pair files.
 # name | seed | corpora (train val test) | duration options
 SETS=("ret|7|5 1 0|" "ret2|9|5 0 0|" "ret3|11|5 0 0|--min-duration 120 --max-duration 300"

@@ -297,6 +297,7 @@ class RetrievalSetConfig:
     test_corpora: int = 1
     videos: int = 32
     order_pairs: int = 8  # mirror pairs per split ("a then b" / "b then a")
+    count_pairs: int = 8  # once / twice pairs per split ("a red square appears once" / "... twice")
     min_duration_s: float = 90.0
     max_duration_s: float = 240.0
     candidates: int = 8  # bounded candidate set per query (the positive + hard and random negatives)
@@ -311,13 +312,57 @@ class RetrievalSetConfig:
             raise ValueError("corpora: at least one split needs a corpus (0 0 0 writes nothing)")
         if not 2 <= self.videos <= 32:
             raise ValueError("videos must be between 2 and 32")
+        if self.order_pairs < 0:
+            raise ValueError("order_pairs must be >= 0")
+        if not 0 <= self.count_pairs <= 32:
+            raise ValueError("count_pairs must be between 0 and 32 (each pair shows its own event)")
+        if self.count_pairs:
+            from world.corpus import CorpusConfig, count_min_duration
+
+            need = count_min_duration(CorpusConfig())  # the corpora's default event lengths
+            if self.max_duration_s < need:
+                raise ValueError(
+                    f"count pairs need videos of at least {need:g} s (two showings 20 s apart); "
+                    f"max_duration_s is {self.max_duration_s:g} (or set count_pairs to 0)"
+                )
+
+
+def _side(corpus, video) -> Side:
+    return Side(video=VideoRef(str(corpus.root / video.path)))
+
+
+def _partner_pairs(
+    corpus, kind: str, meta_kind: str, rng: np.random.Generator, candidates: int
+) -> list[Pair]:
+    """Each ``kind`` video's query -> the video; candidates: its pair partner (the mirror, or the
+    other count: the hard negative only that video's query tells apart) and other pairs' videos."""
+    videos = [v for v in corpus.videos if v.kind == kind]
+    pairs = []
+    for video in videos:
+        partner = next(v for v in videos if v.group == video.group and v.id != video.id)
+        rest = [v for v in videos if v.group != video.group]
+        k = min(len(rest), candidates - 2)
+        chosen = [partner] + [rest[i] for i in rng.choice(len(rest), k, replace=False)]
+        cands = [_side(corpus, v) for v in [video, *chosen]]
+        rng.shuffle(cands)
+        pairs.append(
+            Pair(
+                id=f"{video.id}-{kind}",
+                task="retrieval",
+                query=Side(text=video.queries[0]),
+                positive=_side(corpus, video),
+                candidates=tuple(cands),
+                group=f"{corpus.root.name}/{video.id}",
+                meta={"kind": meta_kind},
+            )
+        )
+    return pairs
 
 
 def _retrieval_pairs(corpora, order, rng: np.random.Generator, candidates: int, root: Path) -> list[Pair]:
     from world.vocab import parse_event
 
-    def side(corpus, video) -> Side:
-        return Side(video=VideoRef(str(corpus.root / video.path)))
+    side = _side
 
     pairs: list[Pair] = []
     for corpus in corpora:
@@ -345,25 +390,7 @@ def _retrieval_pairs(corpora, order, rng: np.random.Generator, candidates: int, 
                 )
             )
     if order is not None:
-        ordered = [v for v in order.videos if v.kind == "order"]
-        for video in ordered:
-            mirror = next(v for v in ordered if v.group == video.group and v.id != video.id)
-            rest = [v for v in ordered if v.group != video.group]
-            k = min(len(rest), candidates - 2)
-            chosen = [mirror] + [rest[i] for i in rng.choice(len(rest), k, replace=False)]
-            cands = [side(order, v) for v in [video, *chosen]]
-            rng.shuffle(cands)
-            pairs.append(
-                Pair(
-                    id=f"{video.id}-order",
-                    task="retrieval",
-                    query=Side(text=video.queries[0]),
-                    positive=side(order, video),
-                    candidates=tuple(cands),
-                    group=f"{order.root.name}/{video.id}",
-                    meta={"kind": "ordered"},
-                )
-            )
+        pairs += _partner_pairs(order, "order", "ordered", rng, candidates)
     return pairs
 
 
@@ -372,8 +399,12 @@ def make_retrieval_set(
 ) -> dict[str, Path]:
     """Render (or reuse) world corpora per split and write ``{split}.jsonl`` retrieval pairs (each
     query with a bounded candidate set of hard and random negatives, as a first stage would hand
-    over) and ``{split}_videos.jsonl`` indexer manifests. Splits share no video; a split with no
-    corpora is not written."""
+    over) and ``{split}_videos.jsonl`` indexer manifests. Per split: ``*_corpora`` single-event
+    corpora, an order corpus of ``order_pairs`` mirror pairs (meta kind "ordered", the mirror a
+    candidate) and a count corpus of ``count_pairs`` once / twice pairs (meta kind "counted", the
+    other count a candidate). The count corpus has a seed and random stream of its own, so adding it
+    leaves every other video and pair as it was. Splits share no video; a split with no corpora is
+    not written."""
     from world.corpus import CorpusConfig, make_corpus
 
     out = Path(out_dir).resolve()
@@ -382,7 +413,7 @@ def make_retrieval_set(
     counts = {"train": config.train_corpora, "val": config.val_corpora, "test": config.test_corpora}
     written: dict[str, Path] = {}
     seed = config.seed * 1000
-    for split, n in counts.items():
+    for s_index, (split, n) in enumerate(counts.items()):
         if n == 0:  # a split asked for with no corpora is left out whole (no order corpus either)
             continue
         corpora = []
@@ -409,10 +440,24 @@ def make_retrieval_set(
                 ),
                 progress=True,
             )  # fmt: skip
+        count = None
+        if config.count_pairs:  # off the other corpora's seed sequence, so theirs stay as they were
+            count = make_corpus(
+                out / f"{split}-count",
+                CorpusConfig(
+                    videos=0, count_pairs=config.count_pairs, seed=config.seed * 1000 + 900 + s_index,
+                    prefix=f"{split[:2]}", min_duration_s=config.min_duration_s,
+                    max_duration_s=config.max_duration_s,
+                ),
+                progress=True,
+            )  # fmt: skip
         pairs = _retrieval_pairs(corpora, order, rng, config.candidates, out)
+        if count is not None:
+            count_rng = np.random.default_rng([config.seed, 0xC0, s_index])
+            pairs += _partner_pairs(count, "count", "counted", count_rng, config.candidates)
         written[split] = write_pairs(out / f"{split}.jsonl", pairs)
         with open(out / f"{split}_videos.jsonl", "w", encoding="utf-8") as f:
-            for corpus in [*corpora, *([order] if order else [])]:
+            for corpus in [*corpora, *([order] if order else []), *([count] if count else [])]:
                 for v in corpus.videos:
                     f.write(
                         json.dumps({"id": f"{corpus.root.name}/{v.id}", "path": str(corpus.root / v.path)})

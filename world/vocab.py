@@ -42,6 +42,13 @@ ORDER_PHRASINGS: tuple[str, ...] = (
     "{a1} {n1} appears, then {a2} {n2} appears",
     "first {a1} {n1} appears, then {a2} {n2} appears",
 )
+# One event shown once or twice (the two showings at least COUNT_GAP_S apart, haystack between):
+# the phrasings of each count.
+COUNT_PHRASINGS: dict[int, tuple[str, ...]] = {
+    1: ("{a} {name} appears once", "{a} {name} appears only once"),
+    2: ("{a} {name} appears twice", "{a} {name} appears two times"),
+}
+COUNT_GAP_S = 20.0  # haystack between the end of a twice-shown event's first showing and its second
 
 
 @dataclass(frozen=True, order=True)
@@ -81,6 +88,15 @@ def order_text(first: EventKind, second: EventKind, phrasing: int = 0) -> str:
     return ORDER_PHRASINGS[phrasing % len(ORDER_PHRASINGS)].format(
         a1=first.article, n1=first.name, a2=second.article, n2=second.name
     )
+
+
+def count_text(kind: EventKind, times: int, phrasing: int = 0) -> str:
+    """ "a red square appears twice" (times 2; phrasing 1: "... appears two times"), "a red square
+    appears once" (times 1; phrasing 1: "... appears only once")."""
+    if times not in COUNT_PHRASINGS:
+        raise ValueError(f"the world counts showings {sorted(COUNT_PHRASINGS)}, got {times!r}")
+    forms = COUNT_PHRASINGS[times]
+    return forms[phrasing % len(forms)].format(a=kind.article, name=kind.name)
 
 
 def parse_event(name: str) -> EventKind:

@@ -26,6 +26,7 @@ from qaslr.commands.feature_options import add_feature_arguments
 COLUMNS = (
     ("retrieval", "Ret. H@1"),
     ("retrieval/ordered", "Ordered ret. H@1"),
+    ("retrieval/counted", "Counted ret. H@1"),
     ("moment", "Moment H@1"),
     ("classification", "CLS H@1"),
     ("qa", "QA acc."),

@@ -7,8 +7,11 @@ and QA pairs in the `qaslr train` format) and OUT/synthetic.json (ground truth).
 
 --kind retrieval: long videos (--min-duration/--max-duration, default 90-240 s) with one brief event
 each (the benchmark's conditions) in corpora of 32 distinct events, plus mirror pairs for ordered
-queries; OUT/{train,val,test}.jsonl hold text -> video pairs with bounded candidate sets of hard and
-random negatives (what a first stage hands to stage 2): the data of `qaslr train --recipe two-stage`.
+queries (--order-pairs) and once / twice pairs for count queries (--count-pairs: "a red square
+appears once" / "... twice", the showings 20 s apart, so videos of at least 36 s); each such query
+has its pair partner among its candidates. OUT/{train,val,test}.jsonl hold text -> video pairs with
+bounded candidate sets of hard and random negatives (what a first stage hands to stage 2): the data
+of `qaslr train --recipe two-stage`.
 
 The splits share no video.
 
@@ -22,7 +25,7 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from training.synthetic import SyntheticConfig
+    from training.synthetic import RetrievalSetConfig, SyntheticConfig
 
     d = SyntheticConfig()
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -48,6 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--kind retrieval: corpora of 32 long videos per split (default 5 1 1); a split given 0 "
         "is not rendered or written",
     )
+    r = RetrievalSetConfig()
+    p.add_argument(
+        "--order-pairs", type=int, default=r.order_pairs, help="--kind retrieval: mirror pairs per split"
+    )
+    p.add_argument(
+        "--count-pairs",
+        type=int,
+        default=r.count_pairs,
+        help="--kind retrieval: once / twice pairs per split (0-32; 0: no count queries)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
 
 
@@ -65,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
                 candidates=args.candidates
                 if args.candidates != SyntheticConfig().candidates
                 else d.candidates,
+                order_pairs=args.order_pairs,
+                count_pairs=args.count_pairs,
                 seed=args.seed,
                 **corpora,
             )

@@ -73,6 +73,19 @@ def test_clip_teacher_and_corpora_options_refuse_what_cannot_work(
     assert not (tmp_path / "r").exists()
 
 
+def test_make_synthetic_refuses_count_pairs_that_cannot_fit(tmp_path, capsys):
+    code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--max-duration", "30"])
+    assert code == 2
+    assert "count pairs need videos of at least 36 s" in capsys.readouterr().out
+    code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--count-pairs", "33"])
+    assert code == 2
+    assert "count_pairs must be between 0 and 32" in capsys.readouterr().out
+    args = ["--kind", "retrieval", "--max-duration", "30", "--count-pairs", "0", "--corpora", "0", "0", "0"]
+    code = main(["make-synthetic", str(tmp_path / "r"), *args])
+    assert "count pairs" not in capsys.readouterr().out  # 0 count pairs: short videos are fine
+    assert not (tmp_path / "r").exists()
+
+
 def test_train_takes_several_pair_files_and_prepares_their_cache_without_a_run(
     synthetic_set, tiny_checkpoint, tmp_path, capsys
 ):

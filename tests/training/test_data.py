@@ -1,5 +1,7 @@
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from training.data import (
@@ -158,12 +160,44 @@ def test_retrieval_set_renders_only_the_splits_given_corpora(tmp_path):
     from training.synthetic import RetrievalSetConfig, make_retrieval_set
 
     config = RetrievalSetConfig(
-        train_corpora=1, val_corpora=0, test_corpora=0, videos=2, order_pairs=1,
+        train_corpora=1, val_corpora=0, test_corpora=0, videos=2, order_pairs=1, count_pairs=1,
         min_duration_s=40.0, max_duration_s=40.0, candidates=2, seed=3,
     )  # fmt: skip
     written = make_retrieval_set(tmp_path, config)
     assert sorted(written) == ["train"]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["train-0", "train-order"]
+    dirs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert dirs == ["train-0", "train-count", "train-order"]
     assert not (tmp_path / "val.jsonl").exists() and not (tmp_path / "test.jsonl").exists()
     pairs = load_pairs(written["train"])
-    assert {p.meta["kind"] for p in pairs} == {"single", "ordered"}
+    assert {p.meta["kind"] for p in pairs} == {"single", "ordered", "counted"}
+    counted = [p for p in pairs if p.meta["kind"] == "counted"]
+    assert len(counted) == 2 and {len(p.candidates) for p in counted} == {2}  # the video and its partner
+    ids = [json.loads(line)["id"] for line in (tmp_path / "train_videos.jsonl").read_text().splitlines()]
+    assert sorted(i for i in ids if i.startswith("train-count/")) == [
+        "train-count/trc00o",
+        "train-count/trc00t",
+    ]
+
+
+def test_counted_queries_have_their_pair_partner_as_a_candidate():
+    from training.synthetic import _partner_pairs
+    from world.corpus import Corpus, CorpusConfig, _plan
+
+    config = CorpusConfig(videos=0, count_pairs=3, seed=1, min_duration_s=36.0, max_duration_s=40.0)
+    videos = [truth for truth, _ in _plan(config)]
+    corpus = Corpus(root=Path("/data/count"), manifest=Path("/data/count/videos.jsonl"), videos=videos)
+    pairs = _partner_pairs(corpus, "count", "counted", np.random.default_rng(0), candidates=4)
+    by_path = {f"/data/count/{v.path}": v for v in videos}
+    assert len(pairs) == 6
+    for pair in pairs:
+        video = by_path[pair.positive.video.path]
+        partner = next(v for v in videos if v.group == video.group and v is not video)
+        cands = [by_path[c.video.path] for c in pair.candidates]
+        assert pair.meta == {"kind": "counted"} and pair.task == "retrieval"
+        assert pair.query.text == video.queries[0]
+        assert pair.query.text.endswith(("once", "twice", "two times"))
+        assert (len(video.events) == 1) == pair.query.text.endswith("once")
+        assert video in cands and partner in cands and len(cands) == 4
+        # the partner is the one hard negative; the rest come from other pairs (other events)
+        assert all(c.group != video.group for c in cands if c not in (video, partner))
+        assert pair.group != f"count/{partner.id}"  # the partner stays a negative in the batch too

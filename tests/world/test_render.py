@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from world.render import Event, Haystack, Renderer, VideoSpec, random_haystack
-from world.vocab import COLOURS, EVENTS, GREY_SPREAD, EventKind, order_text, parse_event
+from world.vocab import COLOURS, EVENTS, GREY_SPREAD, EventKind, count_text, order_text, parse_event
 
 
 def _spec(**kw) -> VideoSpec:
@@ -38,6 +38,21 @@ def test_texts_follow_the_world_phrasings():
     assert parse_event("cyan triangle") == EventKind("cyan", "triangle")
     with pytest.raises(ValueError):
         EventKind("purple", "square")
+
+
+def test_count_texts_say_once_or_twice_in_the_world_phrasings():
+    kind = EventKind("red", "square")
+    assert [count_text(kind, 1, p) for p in range(2)] == [
+        "a red square appears once",
+        "a red square appears only once",
+    ]
+    assert [count_text(kind, 2, p) for p in range(2)] == [
+        "a red square appears twice",
+        "a red square appears two times",
+    ]
+    assert count_text(EventKind("orange", "bar"), 2) == "an orange bar appears twice"
+    with pytest.raises(ValueError, match="counts showings"):
+        count_text(kind, 3)
 
 
 @pytest.mark.parametrize("seed", range(6))
