@@ -40,6 +40,7 @@ QUALITY_COLUMNS = (
     ("miou", "mIoU", False),
     ("moment_len_s", "moment s", False),
     ("order", "order %", True),
+    ("count", "count %", True),
     ("bank_holds", "bank holds event %", True),
     ("needle_recall", "needle recall %", True),
     ("stage2_ms", "stage-2 ms", False),
@@ -128,7 +129,8 @@ def _command(data: dict, script: str) -> str:
     if "seeds" in args:
         parts.append("--seeds " + " ".join(str(s) for s in args["seeds"]))
     for flag, key, default in (
-        ("--videos", "videos", 32), ("--order-pairs", "order_pairs", 4), ("--min-s", "min_s", 120.0),
+        ("--videos", "videos", 32), ("--order-pairs", "order_pairs", 4),
+        ("--count-pairs", "count_pairs", 4), ("--min-s", "min_s", 120.0),
         ("--max-s", "max_s", 300.0), ("--legacy-bank", "legacy_bank", 0),
     ):  # fmt: skip
         if key in args and args[key] != default:
