@@ -47,6 +47,10 @@ QUALITY_COLUMNS = (
     ("moments_ms", "moments ms", False),
     ("latency_ms", "p50 ms", False),
 )
+# the long-video rows the README shows (docs/results.md has them all)
+LONG_README_MODES = (
+    "stage 1 (uniform single-round)", "frame tier", "cascade, the default", "cascade, the default, bank <= 256 (before)",
+)  # fmt: skip
 README_COLUMNS = (
     ("hit@1", "Hit@1 %", True),
     ("r1@0.7", "moment R1@0.7 %", True),
@@ -107,7 +111,8 @@ def _builds_table(data: dict) -> list[str]:
     return [*out, ""]
 
 
-def _quality_table(data: dict, columns) -> list[str]:
+def _quality_table(data: dict, columns, only: tuple[str, ...] | None = None) -> list[str]:
+    """One row per mode (``only``: just these modes)."""
     per_seed = data["per_seed"]
     seeds = list(per_seed)
     lines = [
@@ -115,6 +120,8 @@ def _quality_table(data: dict, columns) -> list[str]:
         "|---|" + "---|" * len(columns),
     ]
     for mode in _modes(per_seed):
+        if only is not None and mode not in only:
+            continue
         cells = [
             _mean_std([per_seed[s][mode].get(key, float("nan")) for s in seeds], pct)
             for key, _, pct in columns
@@ -338,6 +345,17 @@ def readme_block() -> str:
         )
     lines = _quality_table(quality, README_COLUMNS)
     seeds = ", ".join(quality["per_seed"])
+    long = _load("quality_long.json")
+    more = []
+    if long:
+        args = long.get("args", {})
+        more = [
+            "",
+            f"The same at {float(args.get('min_s', 720)) / 60:.0f}-{float(args.get('max_s', 1200)) / 60:.0f} min, "
+            f"{args.get('videos', 12)} videos a seed (the bank keeps one frame a second at any length):",
+            "",
+            *_quality_table(long, README_COLUMNS, LONG_README_MODES),
+        ]
     return "\n".join(
         [
             START,
@@ -345,6 +363,7 @@ def readme_block() -> str:
             "[docs/results.md](docs/results.md), which has every column and the command):",
             "",
             *lines,
+            *more,
             END,
         ]
     )
