@@ -10,9 +10,10 @@ Evidence and the best moment (engine.moments). The evidence of a reranked candid
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
 streaming step that gained most similarity to q (or, one-shot, the best window of frames). In
 ``indexed`` mode the evidence is the top-K' frames of the bank by relevance.
-Scores are reproducible: selection is seeded per (request seed, candidate), and frames come from a
-cache that keeps exactly the pixels first read (decoded, or from the index's frame store), so warm
-and cold requests give identical scores.
+Scores are reproducible: selection is seeded per (request seed, query, candidate) as training seeds
+it (models.selection.selection_seed), and frames come from a cache that keeps exactly the pixels
+first read (decoded, or from the index's frame store), so warm and cold requests give identical
+scores.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from engine.relevance import NullSample, relevance
 from engine.request import InvalidRequest, SearcherConfig, SearchParams, resolve_request
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
+from models.selection import query_key
 from models.streaming import VideoEncoder
 
 __all__ = [
@@ -295,7 +297,7 @@ class Searcher:
                 tier_request = TierRequest(
                     query=p.query if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
                     stats=stats, clock=clock, exit_threshold=p.exit_threshold, on_update=on_update,
-                    chunk=p.update_chunk,
+                    chunk=p.update_chunk, query_key=query_key(p.query, p.image),
                 )  # fmt: skip
                 hits = self._cascade(p, tier_request, hits, result)
             finally:

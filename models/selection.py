@@ -13,8 +13,8 @@ Two selectors are provided:
   indexable setting, and the first stage of the service).
 - ``query_aware_positions``: Q-Frame style; softmax of frame-query similarities, standardised
   to their own spread, over a temperature, then Gumbel-max top-k sampling without replacement,
-  seeded per request and candidate (``selection_seed``), with chronological order restored (the
-  query-conditioned setting).
+  seeded per (request seed, query, candidate) (``selection_seed``), with chronological order
+  restored (the query-conditioned setting).
 
 Everything here is pure numpy (torch tensors are accepted as score input) and has no model
 dependency.
@@ -22,6 +22,8 @@ dependency.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 from typing import Any
@@ -36,6 +38,7 @@ __all__ = [
     "frames_per_clip",
     "partition_clips",
     "query_aware_positions",
+    "query_key",
     "selection_seed",
     "uniform_indices",
 ]
@@ -95,8 +98,8 @@ def query_aware_positions(
     top-k of ``log p + g``, g ~ Gumbel(0, 1) from ``numpy.random.default_rng(seed)``): an exact
     sample of sequential sampling without replacement from p. Frames that clearly match the query
     are taken first; the rest of the budget falls on near-random frames, which keeps temporal
-    coverage. Derive ``seed`` per request and candidate (:func:`selection_seed`), so unrelated
-    queries and videos do not share one fixed pseudo-random subset.
+    coverage. Derive ``seed`` per (request seed, query, candidate) (:func:`selection_seed`), so
+    unrelated queries and videos do not share one fixed pseudo-random subset.
 
     Returns the chosen candidate positions (int64, into ``scores``) sorted ascending, so that
     chronological order is restored (Eq. 2). Candidates with score ``-inf`` are picked last.
@@ -129,12 +132,33 @@ def query_aware_positions(
     return np.sort(top).astype(np.int64)
 
 
-def selection_seed(seed: int, key: str) -> int:
-    """A selection seed per (request seed, candidate): stable across runs and machines."""
-    import hashlib
+def query_key(text: str | None = None, image: Any = None) -> str:
+    """A stable key of a query for :func:`selection_seed`: ``text:<text>`` for a text query; an image
+    query (optionally with text) adds ``image:<digest>``, a blake2b digest of the image's shape and
+    pixel bytes (the decoded [h, w, 3] uint8 frame the query was embedded from). Pixels rather than
+    the query embedding, whose bytes may differ in the last bits between devices and dtypes."""
+    parts = []
+    if image is not None:
+        pixels = np.ascontiguousarray(image)
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"{pixels.dtype}{pixels.shape}".encode())
+        digest.update(pixels.tobytes())
+        parts.append(f"image:{digest.hexdigest()}")
+    if text is not None:
+        parts.append(f"text:{text}")
+    if not parts:
+        raise ValueError("a query key needs the query's text or image")
+    return "|".join(parts)
 
-    digest = hashlib.blake2b(f"{int(seed)}:{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+
+def selection_seed(seed: int, query: str, candidate: str) -> int:
+    """The selection seed of one (request seed, query, candidate), stable across runs and machines:
+    the one derivation training (``training.features``: the training seed, the conditioning query,
+    the candidate's video) and serving (``engine.tiers.encoded``: the request seed, the request's
+    query, the candidate's video id) share, so a candidate is drawn by the same rule in both.
+    ``query`` is a :func:`query_key`; the same candidate under two queries gets two seeds."""
+    blob = json.dumps([int(seed), str(query), str(candidate)], ensure_ascii=False)
+    return int.from_bytes(hashlib.blake2b(blob.encode(), digest_size=8).digest(), "little")
 
 
 def frames_per_clip(
