@@ -185,6 +185,16 @@ def _searcher_for(
         instruction=encoder.instruction,
         text_conditioning=conditioning,
     )
+    # a streaming stage 2 sends requests of K' <= L to the one-shot tier (§3.1, engine.searcher)
+    oneshot_encoder = None
+    if stage2_head is not None:
+        oneshot_encoder = VideoEncoder(
+            backbone,
+            None,
+            config=encoder.config,
+            instruction=encoder.instruction,
+            text_conditioning=config.rerank_text_conditioning,
+        )
     gate = rerank.gate if stage2_head is not None else None
     if config.exit_threshold is not None and gate is None:
         raise ConfigurationError(
@@ -197,6 +207,7 @@ def _searcher_for(
         config=SearcherConfig.from_engine_config(config),
         frame_size=backbone.frame_size,
         rerank_encoder=rerank_encoder,
+        oneshot_encoder=oneshot_encoder,
         gate=gate,
         batcher=batcher,
     )

@@ -11,7 +11,8 @@ For each candidate j, given the query text and its embedding q:
     s_ij = q · v_ij ; rerank by s_ij
 
 How the frames are encoded is the subclass's: one-shot (:mod:`engine.tiers.oneshot`) or the
-streaming head (:mod:`engine.tiers.head`). The seed is derived as training derives it (models.selection.
+streaming head (:mod:`engine.tiers.head`), the same pathway for every candidate it is given (one
+score space per ranking). The seed is derived as training derives it (models.selection.
 selection_seed). The moment is not a tier's: every mode takes it from per-frame relevance by one
 rule (engine.moments, engine.searcher). Candidates are processed in chunks (``encode_chunk``); after
 each chunk ``on_update`` sees the hits so far (progressive results). A candidate whose frames
