@@ -7,7 +7,7 @@
 A stage-1 miss stays a miss: stage 2 only reorders the shortlist. One ranking, one score space: every
 candidate the heavy tier scores goes through the same pathway; a streaming stage 2 applies §3.1's
 short-input rule to the whole request (K' <= L: the one-shot tier for all, said in the answer's
-``rerank_embedder``, each hit's ``tier`` and a warning).
+``rerank_embedder``, each hit's ``tier`` and a warning) and refuses K' above its head's trained K'.
 
 Evidence and the best moment (engine.moments). The evidence of a reranked candidate is its K'
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
@@ -229,6 +229,13 @@ class Searcher:
     def rerank_embedder(self) -> Embedder:
         return self.reranker.encoder.mode
 
+    @property
+    def head_frames(self) -> int | None:
+        """K' the streaming stage-2 head was trained with (its recorded clip plan), else None."""
+        head = self.reranker.encoder.head
+        plan = None if head is None else head.config.clip_plan
+        return None if plan is None else plan.frames
+
     def heavy_tier(self, frames: int):
         """The heavy tier for a request of ``frames`` = K': the streaming head's, unless K' <= L
         (§3.1: short inputs keep the backbone's own pathway), which goes one-shot for every candidate."""
@@ -249,10 +256,32 @@ class Searcher:
 
     # -- request handling ------------------------------------------------------------------------
     def resolve(self, request) -> SearchParams:
-        """Defaults and bounds of a request-like object (a SearchRequest, SearchParams, or dict)."""
-        return resolve_request(
+        """Defaults and bounds of a request-like object (a SearchRequest, SearchParams, or dict).
+
+        A rerank request for more frames than the streaming head was trained with (its clip plan's
+        K') is refused (InvalidRequest on ``frames``, HTTP 422): the head never saw clips cut from
+        more frames. Fewer frames are allowed: they are cut by the same rule (Eq. 3, checked against
+        the head's plan for every count up to K' when the engine loaded it) as training cuts a
+        candidate with fewer frames than K' (a short window, a small bank: every frame), so they are
+        the head's own plan at a smaller budget, a latency choice left to the client; K' <= L goes
+        one-shot (:meth:`heavy_tier`)."""
+        p = resolve_request(
             request, self.config, can_exit=self.reranker.gate is not None and self.reranker.streaming
         )
+        trained = self.head_frames
+        if (
+            trained is not None
+            and p.mode == SearchMode.RERANK
+            and p.frames > trained
+            and self.heavy_tier(p.frames) is self.reranker
+        ):
+            short = self.reranker.encoder.config.short_video_frames
+            raise InvalidRequest(
+                "frames",
+                f"this server's streaming rerank head was trained on K' = {trained} frames per "
+                f"candidate: ask for at most {trained} (at most {short} re-encodes one-shot)",
+            )
+        return p
 
     def search(
         self, request, *, deadline: float | None = None, on_update=None, cancelled=None

@@ -16,6 +16,9 @@ Two selectors are provided:
   seeded per (request seed, query, candidate) (``selection_seed``), with chronological order
   restored (the query-conditioned setting).
 
+``ClipPlan`` is how a streaming head's input is cut (K' frames, Eq. 3's clips, M tokens per clip): a
+trained head records its plan, and serving refuses a plan that cuts clips otherwise.
+
 Everything here is pure numpy (torch tensors are accepted as score input) and has no model
 dependency.
 """
@@ -26,6 +29,7 @@ import hashlib
 import json
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +39,7 @@ from core.config import QFRAME_TEMPERATURE  # in units of the scores' own spread
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ClipPlan",
     "frames_per_clip",
     "partition_clips",
     "query_aware_positions",
@@ -213,3 +218,68 @@ def partition_clips(indices: Any, clip_len: int) -> tuple[np.ndarray, np.ndarray
     mask = np.zeros(num_clips * clip_len, dtype=bool)
     mask[:k_v] = True
     return flat.reshape(num_clips, clip_len), mask.reshape(num_clips, clip_len)
+
+
+@dataclass(frozen=True)
+class ClipPlan:
+    """How a streaming head's input is cut: K' selected frames per video (the frame budget), split
+    into clips by :func:`frames_per_clip` with K_max and L (Eq. 3: T = ceil(K_V / L) clips), each
+    clip compressed to at most M evidence tokens (Eq. 5).
+
+    Training records its plan in the head's config (``training.features``: K' = K_max = the feature
+    cache's ``max_frames``); serving's is the index's K_max, L, M and the engine's default K'. Two
+    plans *agree* when they have the same K' and M and cut every frame count up to K' into the same
+    clips (``frames_per_clip`` of 1..K'): K_max and L themselves may differ (serving's K_max is the
+    index's, e.g. 128, while training's is its K'), the clips the head sees may not."""
+
+    frames: int  # K': frames selected per video
+    max_frames: int  # K_max of frames_per_clip (Eq. 3)
+    clip_len: int  # L at the full budget
+    max_evidence: int  # M evidence tokens per clip
+
+    def __post_init__(self) -> None:
+        for name in ("frames", "max_frames", "clip_len", "max_evidence"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"a clip plan's {name} must be >= 1, got {getattr(self, name)}")
+
+    def clip_lengths(self, temporal_patch: int = 2) -> list[int]:
+        """Frames per clip for a video of 1, 2, ..., K' selected frames."""
+        return [
+            frames_per_clip(n, k_max=self.max_frames, l_max=self.clip_len, temporal_patch=temporal_patch)
+            for n in range(1, self.frames + 1)
+        ]
+
+    def describe(self, temporal_patch: int = 2) -> str:
+        length = self.clip_lengths(temporal_patch)[-1]
+        clips = math.ceil(self.frames / length)
+        return (
+            f"K'={self.frames} frames in {clips} clips of {length} (K_max={self.max_frames}, "
+            f"L={self.clip_len}), M={self.max_evidence}"
+        )
+
+    def differences(self, other: ClipPlan, temporal_patch: int = 2) -> list[str]:
+        """What differs between this plan and ``other`` (empty: they agree; see the class)."""
+        out = []
+        if self.frames != other.frames:
+            out.append(f"K' {self.frames} vs {other.frames}")
+        if self.max_evidence != other.max_evidence:
+            out.append(f"M {self.max_evidence} vs {other.max_evidence}")
+        upto = min(self.frames, other.frames)
+        mine, theirs = self.clip_lengths(temporal_patch)[:upto], other.clip_lengths(temporal_patch)[:upto]
+        cut = [n for n, (a, b) in enumerate(zip(mine, theirs, strict=True), start=1) if a != b]
+        if cut:
+            n = cut[-1]
+            out.append(f"{n} frames cut into clips of {mine[n - 1]} vs {theirs[n - 1]}")
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "frames": self.frames,
+            "max_frames": self.max_frames,
+            "clip_len": self.clip_len,
+            "max_evidence": self.max_evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ClipPlan:
+        return cls(**{k: int(data[k]) for k in ("frames", "max_frames", "clip_len", "max_evidence")})

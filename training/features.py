@@ -66,6 +66,13 @@ class FeatureSettings:
         d.pop("clip_batch_size")  # batching does not change the features
         return d
 
+    def clip_plan(self):
+        """The clip plan these features cut (models.selection.ClipPlan): K' = K_max = ``max_frames``
+        selected frames per item, clips by frames_per_clip(K_max, L), M tokens per clip."""
+        from models.selection import ClipPlan
+
+        return ClipPlan(self.max_frames, self.max_frames, self.clip_len, self.max_evidence)
+
 
 def conditioned_key(candidate: Side, query_text: str) -> str:
     return f"{candidate.key()}|cond:{query_text}"
@@ -140,6 +147,14 @@ class FeatureStore:
     @property
     def fingerprint(self) -> str:
         return self.manifest["fingerprint"]
+
+    @property
+    def clip_plan(self):
+        """The clip plan of the cached features (:meth:`FeatureSettings.clip_plan`), which a head
+        trained on them records (training.trainer)."""
+        settings = self.manifest["settings"]
+        keys = ("max_frames", "clip_len", "max_evidence")
+        return FeatureSettings(**{k: settings[k] for k in keys}).clip_plan()
 
     def banks(self, key: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Evidence of one item: tokens [T, M', D] float32, mask [T, M'] bool."""

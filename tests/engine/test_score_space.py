@@ -1,5 +1,6 @@
 """One score space per ranking (issue #22): every candidate of a head-tier ranking is streamed by the
-head, and a request of K' <= L goes one-shot for all and says so.
+head, a request of K' <= L goes one-shot for all and says so, and a head is served only with the
+clip plan it was trained with.
 
 A one-shot index of three tiny videos (one so short that its frame bank holds 4 frames, fewer than
 its L) built with the tiny checkpoint through the indexer facade; the stage-2 heads are built by
@@ -9,11 +10,15 @@ code and saved with ``save_head``, and everything loads through ``engine.load_en
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
+from core.errors import ConfigurationError
 from engine import EngineConfig, load_engine
+from engine.request import InvalidRequest
+from models.selection import ClipPlan
 
 L = 4  # the index's clip length; its K is 16
 SHORT = "short"  # 12 frames at 12 fps: 4 bank frames at 4/s
@@ -39,18 +44,22 @@ def index(tmp_path_factory, video_factory, tiny_checkpoint) -> Path:
     return root / "index"
 
 
-def _head(directory: Path) -> Path:
+def _head(directory: Path, plan: ClipPlan | None) -> Path:
     from models.head import StreamingHeadConfig, create_head, save_head
 
     config = StreamingHeadConfig(
-        hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, max_evidence_tokens=32
+        hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, max_evidence_tokens=32, clip_plan=plan
     )
     return save_head(create_head(config, seed=0), directory)
 
 
+# trained K' = 8 in clips of 2 (T_max = 4): the clips an index of K = 16, L = 4 cuts at K' <= 8
+MATCHING = ClipPlan(frames=8, max_frames=8, clip_len=2, max_evidence=32)
+
+
 @pytest.fixture(scope="module")
 def engine(index, tiny_checkpoint, tmp_path_factory):
-    head = _head(tmp_path_factory.mktemp("head"))
+    head = _head(tmp_path_factory.mktemp("matching_head"), MATCHING)
     config = EngineConfig(
         index=index, model=str(tiny_checkpoint), rerank_head=head, default_frames=8, max_frames=16,
         batching=False, refine_moments=0,
@@ -79,3 +88,44 @@ def test_a_request_of_at_most_l_frames_goes_one_shot_for_every_candidate_and_say
     assert all(h.clips_planned == 1 and h.step_scores is None for h in out.hits)
     assert any("one-shot" in w and f"L = {L}" in w for w in out.warnings), out.warnings
     assert any(w.startswith("exit_threshold ignored") for w in out.warnings), out.warnings
+
+
+def test_a_request_for_more_frames_than_the_head_was_trained_on_is_refused(engine):
+    with pytest.raises(InvalidRequest, match="trained on K' = 8") as refused:
+        engine.searcher.search({**QUERY, "frames": 12})
+    assert refused.value.field == "frames"
+    fewer = engine.searcher.search({**QUERY, "frames": 6})  # the head's own plan at a smaller budget
+    assert {h.tier for h in fewer.hits} == {"head"}
+
+
+def test_a_head_trained_with_another_clip_plan_is_refused_naming_both_plans(index, tiny_checkpoint, tmp_path):
+    # K' = 8 in clips of 4 (T_max = 2); this index cuts 8 frames into 4 clips of 2 (T_max = 4)
+    head = _head(tmp_path / "head", ClipPlan(frames=8, max_frames=8, clip_len=4, max_evidence=32))
+    config = EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head, default_frames=8)
+    with pytest.raises(ConfigurationError) as refused:
+        load_engine(config)
+    message = str(refused.value)
+    assert "K'=8 frames in 2 clips of 4 (K_max=8, L=4), M=32" in message  # trained
+    assert "K'=8 frames in 4 clips of 2 (K_max=16, L=4), M=32" in message  # served
+    assert "QASLR_DEFAULT_FRAMES=8" in message and "--max-frames 8 --clip-len 2" in message
+    # another default K' than the trained one is a mismatch too
+    matching = _head(tmp_path / "matching", MATCHING)
+    with pytest.raises(ConfigurationError, match="K' 8 vs 6"):
+        load_engine(config.replace(rerank_head=matching, default_frames=6))
+
+
+def test_a_head_saved_before_clip_plans_still_loads_with_a_warning(index, tiny_checkpoint, tmp_path, caplog):
+    head = _head(tmp_path / "old", None)
+    config_file = head / "head_config.json"
+    data = json.loads(config_file.read_text())
+    data.pop("clip_plan", None)  # what save_head wrote before plans were recorded
+    config_file.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="engine.loader"):
+        engine = load_engine(EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head))
+    try:
+        assert engine.searcher.reranker.streaming and engine.searcher.head_frames is None
+        assert any("records no clip plan" in r.getMessage() for r in caplog.records)
+        out = engine.searcher.search({**QUERY, "frames": 12})  # nothing to hold it to
+        assert {h.tier for h in out.hits} == {"head"}
+    finally:
+        engine.close()

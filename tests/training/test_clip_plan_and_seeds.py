@@ -1,14 +1,46 @@
-"""What training hands serving: the selection seed of a candidate under a query, derived by one
-function in both (issue #22, "one score space per ranking")."""
+"""What training hands serving: the clip plan a head records, and the selection seed of a candidate
+under a query, derived by one function in both (issue #22, "one score space per ranking")."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from models.selection import query_key, selection_seed
+from models.selection import ClipPlan, query_key, selection_seed
+
+
+def _feature_store(directory, **settings):
+    """An (empty) feature cache as build_cache writes its manifest, opened by FeatureStore."""
+    from training.features import FORMAT_VERSION, FeatureSettings, FeatureStore
+
+    directory.mkdir(parents=True)
+    manifest = {
+        "version": FORMAT_VERSION, "fingerprint": "f", "backbone": "tiny", "backbone_fingerprint": "b",
+        "hidden_size": 64, "embed_dim": 64, "settings": FeatureSettings(**settings).fingerprint_fields(),
+        "shards": [], "text_shards": [], "keys": [], "text_keys": [],
+    }  # fmt: skip
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return FeatureStore(directory)
+
+
+def test_a_trained_head_records_its_clip_plan_and_loads_with_it(tmp_path):
+    from models.head import load_head
+    from training.aggregators import build_model, save_model
+    from training.trainer import TrainConfig, Trainer
+
+    store = _feature_store(tmp_path / "features", max_frames=8, clip_len=2, max_evidence=32)
+    model = build_model("qaslr", hidden_size=64, embed_dim=64, num_think_tokens=4, max_evidence=32, seed=0)
+    assert model.config.clip_plan is None
+    Trainer(
+        model, store, [], config=TrainConfig(epochs=1, batch_size=2), out_dir=tmp_path / "run", progress=False
+    )
+    save_model(model, tmp_path / "head")
+    written = json.loads((tmp_path / "head" / "head_config.json").read_text())
+    assert written["clip_plan"] == {"frames": 8, "max_frames": 8, "clip_len": 2, "max_evidence": 32}
+    assert load_head(tmp_path / "head").config.clip_plan == ClipPlan(8, 8, 2, 32)
 
 
 def test_training_and_serving_derive_the_same_seed_for_the_same_seed_query_and_candidate(monkeypatch):
