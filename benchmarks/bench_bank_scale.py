@@ -90,7 +90,7 @@ def bench(candidates: int, frames: int, d: int, k: int, repeats: int) -> dict:
 
     def select():
         for h in hits():
-            encode.select(h, q, k, 0)
+            encode.select(h, request)
 
     return {
         "candidates": candidates,

@@ -210,6 +210,7 @@ def compare_codecs(index: Path, model: Path, args) -> list[dict]:
 
     from core.config import QFRAME_TEMPERATURE
     from engine.hits import Hit
+    from engine.tiers.base import RerankStats, TierRequest
     from engine.tiers.oneshot import OneShotTier
     from indexer.assembly import encoder_for, load_model_for_index
     from indexer.store import IndexReader
@@ -225,9 +226,12 @@ def compare_codecs(index: Path, model: Path, args) -> list[dict]:
         reranker = OneShotTier(encoder, reader, None, temperature=QFRAME_TEMPERATURE)
         for query in QUERIES[: args.codec_queries]:
             q = encoder.embed_queries([query])[0].float()
+            request = TierRequest(
+                query=query, q=q, frames=args.frames, seed=0, stats=RerankStats(), clock=None
+            )
             for rank, (vid, _) in enumerate(reader.search(q.numpy()[None], args.shortlist)[0], 1):
                 rec = reader.video(vid)
-                idx, _, _ = reranker.select(Hit(vid, 0.0, 0.0, rank, record=rec), q.numpy(), args.frames, 0)
+                idx, _, _ = reranker.select(Hit(vid, 0.0, 0.0, rank, record=rec), request)
                 source = decode_frames(rec.path, idx, size=loaded.backbone.frame_shape(rec.width, rec.height))
                 clips = [VideoClip(source, idx, rec.fps)]
                 for c in codecs:

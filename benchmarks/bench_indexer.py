@@ -179,7 +179,10 @@ def main(argv=None) -> int:
     t, c = time.perf_counter(), time.process_time()
     for s in range(0, len(ok), args.batch_videos):
         group = ok[s : s + args.batch_videos]
-        encoder.encode([VideoClip(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group])
+        encoder.encode(
+            [VideoClip(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group],
+            short_oneshot=True,  # as the build encodes (indexer.pipeline)
+        )
         bank = np.concatenate([d.frames[d.candidates] for d in group])
         for b in range(0, len(bank), 32):
             backbone.embed_images(bank[b : b + 32])

@@ -2,7 +2,8 @@
 
 The model an index needs and the encoder that matches it come from :mod:`indexer.assembly`, the one
 place that checks an index against a model; :func:`_searcher_for` adds the Searcher, for the first
-load and for every later index swap alike.
+load and for every later index swap alike, after checking that stage 2's head is served with the
+clip plan it was trained with (:func:`check_clip_plan`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from indexer.store import IndexReader
     from models.backbone import Backbone
     from models.head import StreamingHead
+    from models.selection import ClipPlan
     from models.streaming import VideoEncoder
 
 __all__ = ["ConfigurationError", "Engine", "load_engine"]
@@ -177,6 +179,9 @@ def _searcher_for(
     encoder = encoder_for(index.manifest, backbone, head, clip_batch_size=config.clip_batch_size, reuse=reuse)
     rerank = rerank or RerankModel()
     stage2_head = rerank.head if rerank.head is not None else encoder.head
+    if stage2_head is not None:
+        which = "rerank head (QASLR_RERANK_HEAD)" if rerank.head is not None else "index's head (QASLR_HEAD)"
+        check_clip_plan(stage2_head, config, encoder.config, backbone.temporal_patch, which=which)
     conditioning = None if stage2_head is not None else config.rerank_text_conditioning
     rerank_encoder = VideoEncoder(
         backbone,
@@ -185,6 +190,16 @@ def _searcher_for(
         instruction=encoder.instruction,
         text_conditioning=conditioning,
     )
+    # a streaming stage 2 sends requests of K' <= L to the one-shot tier (§3.1, engine.searcher)
+    oneshot_encoder = None
+    if stage2_head is not None:
+        oneshot_encoder = VideoEncoder(
+            backbone,
+            None,
+            config=encoder.config,
+            instruction=encoder.instruction,
+            text_conditioning=config.rerank_text_conditioning,
+        )
     gate = rerank.gate if stage2_head is not None else None
     if config.exit_threshold is not None and gate is None:
         raise ConfigurationError(
@@ -197,10 +212,67 @@ def _searcher_for(
         config=SearcherConfig.from_engine_config(config),
         frame_size=backbone.frame_size,
         rerank_encoder=rerank_encoder,
+        oneshot_encoder=oneshot_encoder,
         gate=gate,
         batcher=batcher,
     )
     return encoder, searcher
+
+
+def serving_clip_plan(config: EngineConfig, streaming) -> ClipPlan:
+    """The clip plan stage 2 serves by default: the index's K_max, L, M (``streaming``, its
+    StreamingConfig) and the engine's default K' (``default_frames``)."""
+    from models.selection import ClipPlan
+
+    return ClipPlan(
+        frames=config.default_frames,
+        max_frames=streaming.max_frames,
+        clip_len=streaming.clip_len,
+        max_evidence=streaming.max_evidence,
+    )
+
+
+def check_clip_plan(head: StreamingHead, config: EngineConfig, streaming, temporal_patch: int, *, which: str):
+    """Refuse (ConfigurationError) to serve ``head`` in stage 2 with a clip plan other than the one
+    it was trained with (models.selection.ClipPlan: same K' and M, and every frame count up to K'
+    cut into the same clips); the message names both plans and what to change. A head that records
+    no plan (saved before plans were recorded) is served with a warning."""
+    serving = serving_clip_plan(config, streaming)
+    trained = head.config.clip_plan
+    if trained is None:
+        logger.warning(
+            "the %s records no clip plan (saved before heads recorded one): serving it with %s "
+            "unchecked; retrain it with `qaslr train` to record its plan",
+            which,
+            serving.describe(temporal_patch),
+        )
+        return
+    problems = trained.differences(serving, temporal_patch)
+    if not problems:
+        return
+    raise ConfigurationError(
+        f"the {which} was trained with the clip plan {trained.describe(temporal_patch)}, but stage 2 "
+        f"would serve it with {serving.describe(temporal_patch)} ({'; '.join(problems)}). Fix: serve "
+        f"with QASLR_DEFAULT_FRAMES={trained.frames} over an index whose K, L and M cut clips as "
+        f"training did (indexer build --frames {trained.max_frames} --clip-len {trained.clip_len} "
+        f"--max-evidence {trained.max_evidence}), or retrain the head with features cut as this "
+        f"server cuts them ({_training_options(serving, temporal_patch)})"
+    )
+
+
+def _training_options(serving: ClipPlan, temporal_patch: int) -> str:
+    """`qaslr train` feature options whose plan agrees with ``serving``, when there are such."""
+    from models.selection import ClipPlan
+
+    length = serving.clip_lengths(temporal_patch)[-1]
+    plan = ClipPlan(serving.frames, serving.frames, length, serving.max_evidence)
+    options = f"--max-frames {serving.frames} --clip-len {length} --evidence-tokens {serving.max_evidence}"
+    if plan.differences(serving, temporal_patch):
+        return (
+            f"--max-frames {serving.frames} --evidence-tokens {serving.max_evidence}, and a --clip-len "
+            "that cuts clips as this index does"
+        )
+    return options
 
 
 def make_batcher(config: EngineConfig, clip_len: int, device="cpu", backbone=None) -> EncodeBatcher | None:

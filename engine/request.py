@@ -44,7 +44,7 @@ class SearcherConfig:
     default_frames: int = DEFAULT_FRAMES  # K'
     max_frames: int = MAX_FRAMES  # bound on K' (paper K <= 128)
     temperature: float = QFRAME_TEMPERATURE  # Q-Frame temperature, in units of the scores' spread
-    seed: int = 0  # default selection seed (combined with each candidate's id)
+    seed: int = 0  # default selection seed (combined with the query and each candidate's id)
     exit_threshold: float | None = None  # default early-exit threshold (None: full streaming)
     exit_min_steps: int = 2  # t_min
     max_top_k: int = MAX_TOP_K

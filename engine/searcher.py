@@ -4,19 +4,24 @@
     stage 1: FAISS top-R over the stored v_j (optionally within a filter) (filter, faiss)
     stage 2 (mode "rerank"): the heavy tier (engine.tiers) re-scores the R candidates with query-aware
         selection and query-conditioned encoding (selection, decode, encode, head), s_ij = q · v_ij
-A stage-1 miss stays a miss: stage 2 only reorders the shortlist.
+A stage-1 miss stays a miss: stage 2 only reorders the shortlist. One ranking, one score space: every
+candidate the heavy tier scores goes through the same pathway; a streaming stage 2 applies §3.1's
+short-input rule to the whole request (K' <= L: the one-shot tier for all, said in the answer's
+``rerank_embedder``, each hit's ``tier`` and a warning) and refuses K' above its head's trained K'.
 
 Evidence and the best moment (engine.moments). The evidence of a reranked candidate is its K'
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
 streaming step that gained most similarity to q (or, one-shot, the best window of frames). In
 ``indexed`` mode the evidence is the top-K' frames of the bank by relevance.
-Scores are reproducible: selection is seeded per (request seed, candidate), and frames come from a
-cache that keeps exactly the pixels first read (decoded, or from the index's frame store), so warm
-and cold requests give identical scores.
+Scores are reproducible: selection is seeded per (request seed, query, candidate) as training seeds
+it (models.selection.selection_seed), and frames come from a cache that keeps exactly the pixels
+first read (decoded, or from the index's frame store), so warm and cold requests give identical
+scores.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -43,6 +48,7 @@ from engine.relevance import NullSample, relevance
 from engine.request import InvalidRequest, SearcherConfig, SearchParams, resolve_request
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
+from models.selection import query_key
 from models.streaming import VideoEncoder
 
 __all__ = [
@@ -164,6 +170,7 @@ class Searcher:
         config: SearcherConfig | None = None,
         frame_size: int | None = None,
         rerank_encoder: VideoEncoder | None = None,
+        oneshot_encoder: VideoEncoder | None = None,
         gate=None,
         batcher=None,
     ):
@@ -185,16 +192,25 @@ class Searcher:
             # the index's stored pixels are at its own working size: another size decodes instead
             store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
         )
-        self.reranker = encoding_tier(
-            rerank_encoder or encoder,
-            index,
-            self.frames,
+        tier_options = dict(
             temperature=config.temperature,
-            gate=gate,
             exit_min_steps=config.exit_min_steps,
             encode_chunk=config.encode_chunk,
         )
+        self.reranker = encoding_tier(
+            rerank_encoder or encoder, index, self.frames, gate=gate, **tier_options
+        )
         self.reranker.batcher = batcher
+        # §3.1 for whole requests: a streaming stage 2 hands a request of K' <= L to the one-shot
+        # tier (every candidate of it), never some candidates of one ranking
+        self.short_reranker = None
+        if self.reranker.streaming:
+            stage2 = self.reranker.encoder
+            oneshot_encoder = oneshot_encoder or VideoEncoder(
+                stage2.backbone, config=stage2.config, instruction=stage2.instruction
+            )
+            self.short_reranker = encoding_tier(oneshot_encoder, index, self.frames, **tier_options)
+            self.short_reranker.batcher = batcher
         self._faiss_lock = threading.Lock()  # a GPU FAISS index is not safe to search from two threads
         if batcher is not None:
             from engine.batching import serialize_processor
@@ -214,6 +230,20 @@ class Searcher:
         return self.reranker.encoder.mode
 
     @property
+    def head_frames(self) -> int | None:
+        """K' the streaming stage-2 head was trained with (its recorded clip plan), else None."""
+        head = self.reranker.encoder.head
+        plan = None if head is None else head.config.clip_plan
+        return None if plan is None else plan.frames
+
+    def heavy_tier(self, frames: int):
+        """The heavy tier for a request of ``frames`` = K': the streaming head's, unless K' <= L
+        (§3.1: short inputs keep the backbone's own pathway), which goes one-shot for every candidate."""
+        if self.short_reranker is not None and self.reranker.encoder.is_short(frames):
+            return self.short_reranker
+        return self.reranker
+
+    @property
     def decoded_frames(self) -> int:
         """Frames decoded from video files over this searcher's life (cache misses served)."""
         return self.frames.decoded_frames
@@ -226,10 +256,32 @@ class Searcher:
 
     # -- request handling ------------------------------------------------------------------------
     def resolve(self, request) -> SearchParams:
-        """Defaults and bounds of a request-like object (a SearchRequest, SearchParams, or dict)."""
-        return resolve_request(
+        """Defaults and bounds of a request-like object (a SearchRequest, SearchParams, or dict).
+
+        A rerank request for more frames than the streaming head was trained with (its clip plan's
+        K') is refused (InvalidRequest on ``frames``, HTTP 422): the head never saw clips cut from
+        more frames. Fewer frames are allowed: they are cut by the same rule (Eq. 3, checked against
+        the head's plan for every count up to K' when the engine loaded it) as training cuts a
+        candidate with fewer frames than K' (a short window, a small bank: every frame), so they are
+        the head's own plan at a smaller budget, a latency choice left to the client; K' <= L goes
+        one-shot (:meth:`heavy_tier`)."""
+        p = resolve_request(
             request, self.config, can_exit=self.reranker.gate is not None and self.reranker.streaming
         )
+        trained = self.head_frames
+        if (
+            trained is not None
+            and p.mode == SearchMode.RERANK
+            and p.frames > trained
+            and self.heavy_tier(p.frames) is self.reranker
+        ):
+            short = self.reranker.encoder.config.short_video_frames
+            raise InvalidRequest(
+                "frames",
+                f"this server's streaming rerank head was trained on K' = {trained} frames per "
+                f"candidate: ask for at most {trained} (at most {short} re-encodes one-shot)",
+            )
+        return p
 
     def search(
         self, request, *, deadline: float | None = None, on_update=None, cancelled=None
@@ -295,7 +347,7 @@ class Searcher:
                 tier_request = TierRequest(
                     query=p.query if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
                     stats=stats, clock=clock, exit_threshold=p.exit_threshold, on_update=on_update,
-                    chunk=p.update_chunk,
+                    chunk=p.update_chunk, query_key=query_key(p.query, p.image),
                 )  # fmt: skip
                 hits = self._cascade(p, tier_request, hits, result)
             finally:
@@ -362,17 +414,26 @@ class Searcher:
                 return hits
         if m == 0:
             return hits
-        result.rerank_embedder = self.rerank_embedder
+        tier = self.heavy_tier(p.frames)
+        if tier is not self.reranker:  # K' <= L: the whole request one-shot (§3.1), and it says so
+            result.warnings.append(
+                f"frames = {p.frames} is at most L = {self.reranker.encoder.config.short_video_frames}: "
+                "stage 2 re-encoded every candidate one-shot (short inputs keep the backbone's own "
+                "pathway), not with the streaming head"
+            )
+            if request.exit_threshold is not None:
+                result.warnings.append("exit_threshold ignored: one-shot encoding has no early exit")
+                request = dataclasses.replace(request, exit_threshold=None)
+        result.rerank_embedder = tier.encoder.mode
         top, rest = hits[:m], hits[m:]
         outer = request.on_update
         if outer is not None:
-            request.on_update = lambda sub: outer(self._heavy_first(sub) + rest)
-        top = self.reranker.run(request, top)
-        return self._heavy_first(top) + rest
+            request.on_update = lambda sub: outer(self._heavy_first(sub, tier.name) + rest)
+        top = tier.run(request, top)
+        return self._heavy_first(top, tier.name) + rest
 
-    def _heavy_first(self, hits: list[Hit]) -> list[Hit]:
+    def _heavy_first(self, hits: list[Hit], name: str) -> list[Hit]:
         """The heavy tier's hits by its score, then those it could not score in frame-tier order."""
-        name = self.reranker.name
         heavy = sorted((h for h in hits if h.tier == name), key=lambda h: (-h.score, h.stage1_rank))
         light = sorted(
             (h for h in hits if h.tier != name), key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank)

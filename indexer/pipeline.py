@@ -12,7 +12,9 @@ Per video (docs/architecture.md, "Building an index"; paper §3.2, §A.4):
     holds stay bounded on hour-long videos
     encode the K frames                 models.streaming.VideoEncoder.encode (clips of L, Eq. 3-10;
                                         or one-shot) on a group of videos, so clips of several
-                                        videos share backbone batches
+                                        videos share backbone batches; with a head, a video of at
+                                        most L frames keeps the one-shot pathway (§3.1), a rule of
+                                        the index (its L) and the video, not of any query
     embed the C frames as images        Backbone.embed_images, batched across the group, float16
     keep the C frames' pixels           indexer.store.frames.encode_frames (the frame store, when the
                                         index keeps one: encoded in the decode pool, at the working size)
@@ -354,7 +356,8 @@ class BatchEncoder:
             lambda group: [
                 e.final.numpy()
                 for e in self.encoder.encode(
-                    [VideoClip(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group]
+                    [VideoClip(d.frames[d.uniform], d.union[d.uniform], d.info.fps) for d in group],
+                    short_oneshot=True,  # §3.1 per video: an index property (VideoEncoder.encode)
                 )
             ],
         )

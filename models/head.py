@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from core.config import DEFAULT_MAX_EVIDENCE
 from core.files import atomic_path
+from models.selection import ClipPlan
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,14 @@ class StreamingHeadConfig:
     # starts from an embedding in the backbone's own space rather than from noise. An
     # initialisation choice (the paper does not give one); the equations are unchanged.
     identity_init: bool = False
+    # The clip plan the head was trained with (models.selection.ClipPlan: K', K_max, L, M), recorded
+    # by training (training.trainer) and checked by serving (engine.loader); None for heads saved
+    # before plans were recorded, or never trained (they load, with a warning where served).
+    clip_plan: ClipPlan | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.clip_plan, dict):
+            self.clip_plan = ClipPlan.from_dict(self.clip_plan)
         for name in ("hidden_size", "embed_dim", "num_think_tokens", "max_evidence_tokens", "num_heads"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -115,7 +122,11 @@ class StreamingHeadConfig:
             raise ValueError("identity_init needs hidden_size >= embed_dim")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as JSON-ready values; a head without a clip plan writes none (as before)."""
+        data = dataclasses.asdict(self)
+        if data["clip_plan"] is None:
+            del data["clip_plan"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> StreamingHeadConfig:

@@ -13,8 +13,11 @@ Two selectors are provided:
   indexable setting, and the first stage of the service).
 - ``query_aware_positions``: Q-Frame style; softmax of frame-query similarities, standardised
   to their own spread, over a temperature, then Gumbel-max top-k sampling without replacement,
-  seeded per request and candidate (``selection_seed``), with chronological order restored (the
-  query-conditioned setting).
+  seeded per (request seed, query, candidate) (``selection_seed``), with chronological order
+  restored (the query-conditioned setting).
+
+``ClipPlan`` is how a streaming head's input is cut (K' frames, Eq. 3's clips, M tokens per clip): a
+trained head records its plan, and serving refuses a plan that cuts clips otherwise.
 
 Everything here is pure numpy (torch tensors are accepted as score input) and has no model
 dependency.
@@ -22,8 +25,11 @@ dependency.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,9 +39,11 @@ from core.config import QFRAME_TEMPERATURE  # in units of the scores' own spread
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ClipPlan",
     "frames_per_clip",
     "partition_clips",
     "query_aware_positions",
+    "query_key",
     "selection_seed",
     "uniform_indices",
 ]
@@ -95,8 +103,8 @@ def query_aware_positions(
     top-k of ``log p + g``, g ~ Gumbel(0, 1) from ``numpy.random.default_rng(seed)``): an exact
     sample of sequential sampling without replacement from p. Frames that clearly match the query
     are taken first; the rest of the budget falls on near-random frames, which keeps temporal
-    coverage. Derive ``seed`` per request and candidate (:func:`selection_seed`), so unrelated
-    queries and videos do not share one fixed pseudo-random subset.
+    coverage. Derive ``seed`` per (request seed, query, candidate) (:func:`selection_seed`), so
+    unrelated queries and videos do not share one fixed pseudo-random subset.
 
     Returns the chosen candidate positions (int64, into ``scores``) sorted ascending, so that
     chronological order is restored (Eq. 2). Candidates with score ``-inf`` are picked last.
@@ -134,12 +142,33 @@ def query_aware_positions(
     return np.sort(top).astype(np.int64)
 
 
-def selection_seed(seed: int, key: str) -> int:
-    """A selection seed per (request seed, candidate): stable across runs and machines."""
-    import hashlib
+def query_key(text: str | None = None, image: Any = None) -> str:
+    """A stable key of a query for :func:`selection_seed`: ``text:<text>`` for a text query; an image
+    query (optionally with text) adds ``image:<digest>``, a blake2b digest of the image's shape and
+    pixel bytes (the decoded [h, w, 3] uint8 frame the query was embedded from). Pixels rather than
+    the query embedding, whose bytes may differ in the last bits between devices and dtypes."""
+    parts = []
+    if image is not None:
+        pixels = np.ascontiguousarray(image)
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"{pixels.dtype}{pixels.shape}".encode())
+        digest.update(pixels.tobytes())
+        parts.append(f"image:{digest.hexdigest()}")
+    if text is not None:
+        parts.append(f"text:{text}")
+    if not parts:
+        raise ValueError("a query key needs the query's text or image")
+    return "|".join(parts)
 
-    digest = hashlib.blake2b(f"{int(seed)}:{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+
+def selection_seed(seed: int, query: str, candidate: str) -> int:
+    """The selection seed of one (request seed, query, candidate), stable across runs and machines:
+    the one derivation training (``training.features``: the training seed, the conditioning query,
+    the candidate's video) and serving (``engine.tiers.encoded``: the request seed, the request's
+    query, the candidate's video id) share, so a candidate is drawn by the same rule in both.
+    ``query`` is a :func:`query_key`; the same candidate under two queries gets two seeds."""
+    blob = json.dumps([int(seed), str(query), str(candidate)], ensure_ascii=False)
+    return int.from_bytes(hashlib.blake2b(blob.encode(), digest_size=8).digest(), "little")
 
 
 def frames_per_clip(
@@ -194,3 +223,68 @@ def partition_clips(indices: Any, clip_len: int) -> tuple[np.ndarray, np.ndarray
     mask = np.zeros(num_clips * clip_len, dtype=bool)
     mask[:k_v] = True
     return flat.reshape(num_clips, clip_len), mask.reshape(num_clips, clip_len)
+
+
+@dataclass(frozen=True)
+class ClipPlan:
+    """How a streaming head's input is cut: K' selected frames per video (the frame budget), split
+    into clips by :func:`frames_per_clip` with K_max and L (Eq. 3: T = ceil(K_V / L) clips), each
+    clip compressed to at most M evidence tokens (Eq. 5).
+
+    Training records its plan in the head's config (``training.features``: K' = K_max = the feature
+    cache's ``max_frames``); serving's is the index's K_max, L, M and the engine's default K'. Two
+    plans *agree* when they have the same K' and M and cut every frame count up to K' into the same
+    clips (``frames_per_clip`` of 1..K'): K_max and L themselves may differ (serving's K_max is the
+    index's, e.g. 128, while training's is its K'), the clips the head sees may not."""
+
+    frames: int  # K': frames selected per video
+    max_frames: int  # K_max of frames_per_clip (Eq. 3)
+    clip_len: int  # L at the full budget
+    max_evidence: int  # M evidence tokens per clip
+
+    def __post_init__(self) -> None:
+        for name in ("frames", "max_frames", "clip_len", "max_evidence"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"a clip plan's {name} must be >= 1, got {getattr(self, name)}")
+
+    def clip_lengths(self, temporal_patch: int = 2) -> list[int]:
+        """Frames per clip for a video of 1, 2, ..., K' selected frames."""
+        return [
+            frames_per_clip(n, k_max=self.max_frames, l_max=self.clip_len, temporal_patch=temporal_patch)
+            for n in range(1, self.frames + 1)
+        ]
+
+    def describe(self, temporal_patch: int = 2) -> str:
+        length = self.clip_lengths(temporal_patch)[-1]
+        clips = math.ceil(self.frames / length)
+        return (
+            f"K'={self.frames} frames in {clips} clips of {length} (K_max={self.max_frames}, "
+            f"L={self.clip_len}), M={self.max_evidence}"
+        )
+
+    def differences(self, other: ClipPlan, temporal_patch: int = 2) -> list[str]:
+        """What differs between this plan and ``other`` (empty: they agree; see the class)."""
+        out = []
+        if self.frames != other.frames:
+            out.append(f"K' {self.frames} vs {other.frames}")
+        if self.max_evidence != other.max_evidence:
+            out.append(f"M {self.max_evidence} vs {other.max_evidence}")
+        upto = min(self.frames, other.frames)
+        mine, theirs = self.clip_lengths(temporal_patch)[:upto], other.clip_lengths(temporal_patch)[:upto]
+        cut = [n for n, (a, b) in enumerate(zip(mine, theirs, strict=True), start=1) if a != b]
+        if cut:
+            n = cut[-1]
+            out.append(f"{n} frames cut into clips of {mine[n - 1]} vs {theirs[n - 1]}")
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "frames": self.frames,
+            "max_frames": self.max_frames,
+            "clip_len": self.clip_len,
+            "max_evidence": self.max_evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ClipPlan:
+        return cls(**{k: int(data[k]) for k in ("frames", "max_frames", "clip_len", "max_evidence")})

@@ -12,6 +12,12 @@ QASLR pathway for a batch of videos (§3.2-3.3):
 Every video keeps its own evidence banks and memory; batching only shares backbone calls.
 
 One-shot pathway: all selected frames of a video in one backbone context, last-token pooled.
+
+One call, one pathway: with a head every video of an ``encode`` call streams, however few its frames
+(as the training features stream them), so the scores of one ranking share one space. §3.1's short-
+input rule ("short inputs keep the backbone's original embedding pathway") applies to a whole
+request (engine.searcher: K' <= L goes to the one-shot tier) or, at index time, per video as a
+property of the index (``encode(short_oneshot=True)``), never to some candidates of one ranking.
 """
 
 from __future__ import annotations
@@ -84,7 +90,7 @@ class StreamingConfig:
     # clips per backbone forward pass (shared across videos); "auto": auto_clip_batch_size (8 on the
     # CPU, from the free memory on a GPU). A throughput knob: the embeddings do not depend on it.
     clip_batch_size: int | str = "auto"
-    short_video_frames: int | None = None  # §3.1: at most this many frames -> one-shot (None: L)
+    short_video_frames: int | None = None  # §3.1: inputs of at most this many frames are short (None: L)
 
     def __post_init__(self) -> None:
         if self.clip_batch_size != "auto" and not (
@@ -387,9 +393,11 @@ class VideoEncoder:
 
     # -- both pathways ---------------------------------------------------------------------------
     def is_short(self, num_frames: int) -> bool:
-        """§3.1: short inputs keep the backbone's original (one-shot) embedding pathway; here, a video
-        whose selected frames fit in one clip at the full budget (at most L), where streaming would
-        only cut one backbone context into pieces."""
+        """§3.1: short inputs keep the backbone's original (one-shot) embedding pathway; here, an
+        input of at most ``short_video_frames`` frames (default L), which fits one clip at the full
+        budget, where streaming would only cut one backbone context into pieces. The rule is for a
+        whole ranking's inputs, never some of them: the searcher applies it to a request's K'
+        (engine.searcher), the indexer to an index's videos (``encode(short_oneshot=True)``)."""
         return num_frames <= self.config.short_video_frames
 
     def encode(
@@ -399,11 +407,17 @@ class VideoEncoder:
         texts: Sequence[str | None] | None = None,
         queries: torch.Tensor | None = None,
         exit_policy: ExitPolicy | None = None,
+        short_oneshot: bool = False,
     ) -> list[VideoEmbedding]:
         """Embed each video, optionally conditioned on one query per video: ``texts`` go into the
         backbone prompt as ``text_conditioning`` says, ``queries`` [B, d] (their embeddings) into a
-        query-conditioned head. Streaming (QASLR) for long videos, one-shot for short ones (§3.1)
-        and for one-shot encoders; ``exit_policy`` enables early exit (streaming only)."""
+        query-conditioned head. One pathway for every video of the call: streaming (QASLR) with a
+        head, one-shot without; a video with few frames streams as the clips Eq. 3 cuts it into
+        (``clip_plan``, at least one clip of ``temporal_patch`` frames), exactly as the training
+        features stream it (``evidence``). ``short_oneshot`` applies §3.1 per video instead (at most
+        ``short_video_frames`` -> one-shot): the indexer's rule, where it is a property of the index
+        (its L) and of the video alone, the same for every query. ``exit_policy`` enables early exit
+        (streaming only)."""
         if not videos:
             return []
         if texts is not None and len(texts) != len(videos):
@@ -412,6 +426,8 @@ class VideoEncoder:
             raise ValueError("queries must have one row per video")
         if self.head is None:
             return self._oneshot(videos, texts)
+        if not short_oneshot:
+            return self._stream_online(videos, texts, queries, exit_policy)
         long = [i for i, v in enumerate(videos) if not self.is_short(len(v.frames))]
         short = [i for i in range(len(videos)) if i not in set(long)]
         out: list[VideoEmbedding | None] = [None] * len(videos)

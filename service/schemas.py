@@ -209,7 +209,8 @@ class SearchRequest(BaseModel):
     frames: Frames | None = Field(
         None,
         description="K', frames selected per candidate in stage 2 (at most the server's max_frames, which "
-        "this document states as the maximum)",
+        "this document states as the maximum). With a streaming head in stage 2, K' <= L re-encodes every "
+        "candidate one-shot (`rerank_embedder` says so), and more than the head was trained on is refused",
     )
     filter: dict[FilterField, FilterCondition] | None = Field(
         None,

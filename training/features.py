@@ -49,7 +49,7 @@ class FeatureSettings:
     candidate_per_second: float = 1.0  # frame-bank candidates for query-aware selection
     candidate_max: int = 256
     qframe_temperature: float = QFRAME_TEMPERATURE  # in units of the bank scores' spread
-    selection_seed: int = 0  # combined with each item's key (models.selection.selection_seed)
+    selection_seed: int = 0  # combined with each item's query and video (models.selection.selection_seed)
     text_conditioning: str = DEFAULT_TEXT_CONDITIONING  # where a conditioned item's query text goes
     instruction: str | None = None
     clip_batch_size: int = 16
@@ -65,6 +65,13 @@ class FeatureSettings:
         d = dataclasses.asdict(self)
         d.pop("clip_batch_size")  # batching does not change the features
         return d
+
+    def clip_plan(self):
+        """The clip plan these features cut (models.selection.ClipPlan): K' = K_max = ``max_frames``
+        selected frames per item, clips by frames_per_clip(K_max, L), M tokens per clip."""
+        from models.selection import ClipPlan
+
+        return ClipPlan(self.max_frames, self.max_frames, self.clip_len, self.max_evidence)
 
 
 def conditioned_key(candidate: Side, query_text: str) -> str:
@@ -141,6 +148,14 @@ class FeatureStore:
     def fingerprint(self) -> str:
         return self.manifest["fingerprint"]
 
+    @property
+    def clip_plan(self):
+        """The clip plan of the cached features (:meth:`FeatureSettings.clip_plan`), which a head
+        trained on them records (training.trainer)."""
+        settings = self.manifest["settings"]
+        keys = ("max_frames", "clip_len", "max_evidence")
+        return FeatureSettings(**{k: settings[k] for k in keys}).clip_plan()
+
     def banks(self, key: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Evidence of one item: tokens [T, M', D] float32, mask [T, M'] bool."""
         try:
@@ -157,7 +172,11 @@ class FeatureStore:
 
 
 def cache_fingerprint(backbone_fingerprint: str, settings: FeatureSettings) -> str:
-    blob = json.dumps({"backbone": backbone_fingerprint, **settings.fingerprint_fields()}, sort_keys=True)
+    fields = {"backbone": backbone_fingerprint, **settings.fingerprint_fields()}
+    if settings.selection == "query-aware":  # seeded per (seed, query, video): caches drawn with
+        # the older per-item-key seeds select other frames and are not reused
+        fields["selection_seeds"] = "seed,query,candidate"
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -179,7 +198,7 @@ class _Selector:
         self._bank: dict[str, tuple[np.ndarray, torch.Tensor]] = {}  # path -> candidate frames, embeddings
 
     def select(self, item: StreamItem, info) -> np.ndarray:
-        from models.selection import query_aware_positions, selection_seed, uniform_indices
+        from models.selection import query_aware_positions, uniform_indices
 
         video, s = item.video, self.settings
         if video.frames is not None:
@@ -196,12 +215,17 @@ class _Selector:
         q = self.backbone.embed_texts([item.select_query], instruction=s.instruction)[0].float().cpu()
         scores = emb[torch.from_numpy(inside)] @ q  # frame-query similarity
         pos = query_aware_positions(
-            scores,
-            s.max_frames,
-            temperature=s.qframe_temperature,
-            seed=selection_seed(s.selection_seed, item.key),
+            scores, s.max_frames, temperature=s.qframe_temperature, seed=self.seed_for(item)
         )
         return cands[inside][pos]
+
+    def seed_for(self, item: StreamItem) -> int:
+        """The selection seed of a query-aware item: (training seed, the query that selects, the
+        candidate's video), by the one derivation serving uses too (models.selection.selection_seed:
+        engine.tiers.encoded passes the request seed, the query and the candidate's video id)."""
+        from models.selection import query_key, selection_seed
+
+        return selection_seed(self.settings.selection_seed, query_key(item.select_query), item.video.key())
 
     def _frame_bank(self, path: str, info) -> tuple[np.ndarray, torch.Tensor]:
         from indexer.video import candidate_frame_indices

@@ -10,7 +10,8 @@ One optimizer step (interleaved sub-batching, §3.4 / §A.2):
 
 Only the head (or a control aggregator) trains; the backbone's outputs come from the feature cache.
 The epoch order is a function of (seed, epoch), and checkpoints hold the model, optimizer, step,
-position in the epoch and RNG states, so a resumed run continues exactly where it stopped.
+position in the epoch and RNG states, so a resumed run continues exactly where it stopped. A QASLR
+head records the clip plan of its features (K', K_max, L, M) in its config, which serving checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from core.files import atomic_path
+from models.head import StreamingHeadConfig
 from training.data import Pair
 from training.features import FeatureStore
 from training.losses import LAMBDA_DISTILL, LAMBDA_STEP, total_loss
@@ -136,9 +138,19 @@ class Trainer:
             [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
         )
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self._record_clip_plan()
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
         random.seed(config.seed)
+
+    def _record_clip_plan(self) -> None:
+        """A QASLR head records the clip plan of the features it trains on (K', K_max, L, M:
+        ``FeatureStore.clip_plan``) in its config, so ``save_head`` writes it to head_config.json
+        and serving can refuse another plan (engine.loader). A head trained again on other features
+        records the newer plan."""
+        config = getattr(self.model, "config", None)
+        if isinstance(config, StreamingHeadConfig):
+            config.clip_plan = self.store.clip_plan
 
     # -- checkpointing ----------------------------------------------------------------------------
     @property

@@ -35,12 +35,19 @@ class TierRequest:
     query: str | None  # the query text for a backbone prompt (None for an image query)
     q: torch.Tensor  # the query embedding [d]
     frames: int  # K': frames selected per candidate
-    seed: int  # the request's selection seed (combined per candidate: models.selection)
+    seed: int  # the request's selection seed (combined per query and candidate: models.selection)
     stats: RerankStats
     clock: object  # engine.searcher's stage clock: .stage(name), .move(a, b, seconds), .check()
     exit_threshold: float | None = None
     on_update: Callable[[list[Hit]], None] | None = None
     chunk: int | None = None  # candidates between two progress updates
+    query_key: str = ""  # models.selection.query_key of the request's query ("": from ``query``)
+
+    def __post_init__(self) -> None:
+        if not self.query_key:
+            from models.selection import query_key
+
+            self.query_key = query_key(self.query)
 
     @property
     def q_vec(self) -> np.ndarray:

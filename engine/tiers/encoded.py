@@ -4,17 +4,19 @@ query-conditioned encoding of each candidate.
 For each candidate j, given the query text and its embedding q:
 
     relevance_c = q · f_c over the C frame-bank embeddings f_c                    (selection)
-    K' positions ~ Q-Frame(relevance on its own scale, seed(request, j)) (Eq. 2)  (selection)
+    K' positions ~ Q-Frame(relevance on its own scale, seed(request, q, j)) (Eq. 2) (selection)
     those frames from the frame cache, else the index's frame store, else
     decoded from the source video                                                (decode)
     encode them under the query (Eq. 4, c = the query)                           (encode, head)
     s_ij = q · v_ij ; rerank by s_ij
 
 How the frames are encoded is the subclass's: one-shot (:mod:`engine.tiers.oneshot`) or the
-streaming head (:mod:`engine.tiers.head`). The moment is not a tier's: every mode takes it from
-per-frame relevance by one rule (engine.moments, engine.searcher). Candidates are
-processed in chunks (``encode_chunk``); after each chunk ``on_update`` sees the hits so far
-(progressive results). A candidate whose frames cannot be read keeps its earlier rank.
+streaming head (:mod:`engine.tiers.head`), the same pathway for every candidate it is given (one
+score space per ranking). The seed is derived as training derives it (models.selection.
+selection_seed). The moment is not a tier's: every mode takes it from per-frame relevance by one
+rule (engine.moments, engine.searcher). Candidates are processed in chunks (``encode_chunk``); after
+each chunk ``on_update`` sees the hits so far (progressive results). A candidate whose frames
+cannot be read keeps its earlier rank.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 
-import numpy as np
 import torch
 
 from core.errors import summarize
@@ -65,12 +66,18 @@ class EncodeTier(Tier):
     def streaming(self) -> bool:
         return self.encoder.head is not None
 
-    def select(self, hit: Hit, q: np.ndarray, k: int, seed: int):
+    @staticmethod
+    def seed_for(request: TierRequest, hit: Hit) -> int:
+        """The selection seed of ``hit`` under ``request``: (request seed, query, candidate), by the
+        one derivation training uses too (models.selection.selection_seed)."""
+        return selection_seed(request.seed, request.query_key, hit.video_id)
+
+    def select(self, hit: Hit, request: TierRequest):
         """(frame indices, timestamps, relevance) of the K' frames chosen for ``hit`` (Eq. 2)."""
         bank = self.index.frame_bank(hit.video_id)
-        relevance = bank_relevance(self.index, hit, q)  # [C]
+        relevance = bank_relevance(self.index, hit, request.q_vec)  # [C]
         pos = query_aware_positions(
-            relevance, k, temperature=self.temperature, seed=selection_seed(seed, hit.video_id)
+            relevance, request.frames, temperature=self.temperature, seed=self.seed_for(request, hit)
         )
         return bank.frame_indices[pos], bank.timestamps[pos], relevance[pos]
 
@@ -84,13 +91,13 @@ class EncodeTier(Tier):
         """Re-score ``hits`` in place and return them in stage-2 order (candidates this tier could not
         process keep their earlier order after the reranked ones). ``request.clock.stage(name)`` times
         (and deadline-checks) each stage; ``clock.move(a, b, s)`` re-books time."""
-        q, q_vec, clock, stats = request.q, request.q_vec, request.clock, request.stats
+        q, clock, stats = request.q, request.clock, request.stats
         policy = self.exit_policy(request.exit_threshold)
         step = int(request.chunk or self.encode_chunk)
         for start in range(0, len(hits), step):  # chunks bound the memory held at once
             chunk = hits[start : start + step]
             with clock.stage("selection"):
-                chosen = [self.select(hit, q_vec, request.frames, request.seed) for hit in chunk]
+                chosen = [self.select(hit, request) for hit in chunk]
             with clock.stage("decode"):
                 got = self.frames.get(
                     [(h.record, idx) for h, (idx, _, _) in zip(chunk, chosen, strict=True)], stats.frames

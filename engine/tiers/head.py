@@ -3,7 +3,10 @@ all candidates' clips in shared backbone batches, step by step; the head's memor
 shifted by q when it was trained query-conditioned; a candidate may exit early (§A.10, Eq. 19).
 Each hit keeps its readout similarity after every step, q·z_t, for the relevance strip.
 
-Short candidates (at most L frames) keep the one-shot pathway (§3.1)."""
+Every candidate it is given streams, however few its frames (a candidate with fewer selected frames
+than L streams as the clips Eq. 3 cuts it into, as the training features stream it): one ranking,
+one score space. §3.1's short-input rule is the searcher's, for a whole request (K' <= L goes to the
+one-shot tier, engine.searcher)."""
 
 from __future__ import annotations
 

@@ -147,9 +147,9 @@ def test_video_encoder_batches_videos_without_mixing_state(backbone):
         alone = encoder.encode([video], texts=[["q one", None, "q three"][i]])[0]
         torch.testing.assert_close(together[i].final, alone.final, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(together[i].steps, alone.steps, rtol=1e-4, atol=1e-5)
-    # T = ceil(K_V / L), L from frames_per_clip; the 5-frame video fits one clip (<= L = 8): it keeps
-    # the one-shot pathway (§3.1), one readout
-    assert [len(v.steps) for v in together] == [4, 1, 3]
+    # T = ceil(K_V / L), L from frames_per_clip; the 5-frame video fits one clip (<= L = 8) and
+    # streams too (one call, one pathway): 3 clips of 2
+    assert [len(v.steps) for v in together] == [4, 3, 3]
     # one-shot path: same interface, one readout per video
     oneshot = VideoEncoder(backbone).encode(videos)
     assert all(v.steps.shape == (1, 64) for v in oneshot)
@@ -158,9 +158,11 @@ def test_video_encoder_batches_videos_without_mixing_state(backbone):
     )
 
 
-def test_short_videos_keep_the_original_one_shot_pathway(backbone):
-    """§3.1: a video whose frames fit one clip is embedded by the backbone itself (same vector as a
-    one-shot encoder), not streamed through the head; longer ones are streamed."""
+def test_one_call_streams_every_video_and_only_the_index_rule_keeps_short_ones_one_shot(backbone):
+    """One encode call, one pathway: with a head, a video whose frames fit one clip streams too,
+    exactly as the training features stream it (the clips Eq. 3 gives it, through the head), so it
+    is scored in the head's space; only ``short_oneshot`` (the indexer's §3.1 rule, a property of
+    the index) embeds it with the backbone itself."""
     head = create_head(
         StreamingHeadConfig(hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8), seed=2
     )
@@ -168,9 +170,14 @@ def test_short_videos_keep_the_original_one_shot_pathway(backbone):
     qaslr, oneshot = VideoEncoder(backbone, head, config=config), VideoEncoder(backbone, config=config)
     short, long = VideoClip(_frames(8, 3), np.arange(8), 4.0), VideoClip(_frames(9, 4), np.arange(9), 4.0)
     a, b = qaslr.encode([short, long])
-    torch.testing.assert_close(a.final, oneshot.encode([short])[0].final, rtol=1e-4, atol=1e-5)
-    assert a.steps_used == 1 and b.steps_used == 3  # 9 frames: clips of 4 (T_max = 4)
-    assert not torch.allclose(b.final, oneshot.encode([long])[0].final, atol=1e-3)
+    assert a.streamed and b.streamed
+    assert a.steps_used == 4 and b.steps_used == 3  # 8 frames: clips of 2; 9: clips of 4 (T_max = 4)
+    trained = qaslr.stream(qaslr.evidence([short]))[0]  # the training features' path
+    torch.testing.assert_close(a.final, trained.final, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(a.final, oneshot.encode([short])[0].final, atol=1e-3)
+    c, d = qaslr.encode([short, long], short_oneshot=True)
+    torch.testing.assert_close(c.final, oneshot.encode([short])[0].final, rtol=1e-4, atol=1e-5)
+    assert not c.streamed and c.steps_used == 1 and d.streamed and d.steps_used == 3
 
 
 def test_early_exit_stops_encoding_and_reports_the_clips_used(backbone):

@@ -6,6 +6,7 @@ from models.selection import (
     frames_per_clip,
     partition_clips,
     query_aware_positions,
+    query_key,
     selection_seed,
     uniform_indices,
 )
@@ -89,7 +90,7 @@ def test_needles_on_cosine_scores_are_selected():
         scores = rng.normal(0.2, 0.03, 256)
         needles = rng.choice(256, 8, replace=False)
         scores[needles] += 0.3
-        pos = query_aware_positions(scores, 32, seed=selection_seed(trial, "video"))
+        pos = query_aware_positions(scores, 32, seed=selection_seed(trial, "text:q", "video"))
         picked.append(np.isin(needles, pos).mean())
     assert np.mean(picked) == 1.0
     # the old temperature on the raw cosines, for the record: barely better than random
@@ -108,11 +109,24 @@ def test_selection_seeds_differ_per_candidate_so_unrelated_videos_do_not_share_f
     when one seed served every candidate (96 % overlap)."""
     rng = np.random.default_rng(1)
     a, b = rng.normal(0, 0.01, 256), rng.normal(0, 0.01, 256)
-    pa = query_aware_positions(a, 32, seed=selection_seed(7, "video-a"))
-    pb = query_aware_positions(b, 32, seed=selection_seed(7, "video-b"))
+    q = query_key("a red square")
+    pa = query_aware_positions(a, 32, seed=selection_seed(7, q, "video-a"))
+    pb = query_aware_positions(b, 32, seed=selection_seed(7, q, "video-b"))
     assert len(np.intersect1d(pa, pb)) / 32 < 0.4
-    assert selection_seed(7, "video-a") == selection_seed(7, "video-a")
-    assert selection_seed(7, "video-a") != selection_seed(8, "video-a")
+    assert selection_seed(7, q, "video-a") == selection_seed(7, q, "video-a")
+    assert selection_seed(7, q, "video-a") != selection_seed(8, q, "video-a")
+
+
+def test_selection_seeds_differ_per_query_and_image_queries_have_a_stable_key():
+    """One candidate under two queries gets two seeds; an image query is keyed by its pixels (the
+    same pixels, the same key, whatever else holds them) and with its text when it has one."""
+    assert selection_seed(7, query_key("a red square"), "v") != selection_seed(7, query_key("a dog"), "v")
+    image = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    key = query_key(None, image)
+    assert key == query_key(None, image.copy()) and key.startswith("image:")
+    assert key != query_key(None, image[::-1]) and key != query_key("a dog", image)
+    with pytest.raises(ValueError):
+        query_key(None)
 
 
 def test_query_aware_rejects_bad_input():

@@ -132,15 +132,16 @@ def test_evidence_maps_to_real_frames(server, qaslr_index):
 def test_stage2_score_equals_recomputation(
     kind, make_settings, tiny_checkpoint, tiny_head, qaslr_index, oneshot_index
 ):
-    """Recompute s_ij outside the service: the same selection (Q-Frame over the stored bank, seed 0),
-    frames decoded straight from the file, the public VideoEncoder, q·v."""
+    """Recompute s_ij outside the service: the same selection (Q-Frame over the stored bank, seeded
+    by (7, the query, the video) as training seeds it), frames decoded straight from the file, the
+    public VideoEncoder, q·v."""
     import torch
 
     from indexer.store import IndexReader
     from indexer.video import decode_frames
     from models.backbone import VideoClip, load_backbone
     from models.head import load_head
-    from models.selection import query_aware_positions, selection_seed
+    from models.selection import query_aware_positions, query_key, selection_seed
     from models.streaming import StreamingConfig, VideoEncoder
     from service.app import create_app
 
@@ -160,7 +161,9 @@ def test_stage2_score_equals_recomputation(
         for r in body["results"]:
             rec, bank = index.video(r["video_id"]), index.frame_bank(r["video_id"])
             relevance = np.asarray(bank.embeddings, dtype=np.float32) @ q.numpy()
-            positions = query_aware_positions(relevance, 8, seed=selection_seed(7, r["video_id"]))
+            positions = query_aware_positions(
+                relevance, 8, seed=selection_seed(7, query_key(QUERY), r["video_id"])
+            )
             chosen = bank.frame_indices[positions]
             assert [f["frame_index"] for f in r["evidence"]["frames"]] == chosen.tolist()
             assert [f["relevance"] for f in r["evidence"]["frames"]] == pytest.approx(
