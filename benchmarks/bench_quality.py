@@ -36,9 +36,9 @@ and reports, mean ± std over the seeds:
 - needle recall of the selection: over queries whose right video was re-encoded and whose event
   has frames in the frame bank, the share of those bank frames that stage 2 selected;
 - order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror
-  (each search over the whole order corpus);
+  (each search restricted to the pair by a filter on its ``group`` metadata: chance is 0.5);
 - count: on the count pairs, the share of count queries whose right video ranks above its partner
-  (each search restricted to the pair by a filter on its ``group`` metadata);
+  (likewise restricted to the pair);
 - v_ij move: mean 1 - cos(v_ij, v_j) of the right video (how far stage 2 moved its embedding);
 - clips: for streaming stage 2, the mean share of planned clips encoded (Eq. 19: saved = 1 - this)
   and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
@@ -422,7 +422,7 @@ def one_seed(seed: int, args, model: Path) -> dict:
                     row.update(metrics)
                     tops[mode.name] = seen
                 elif name == "order":
-                    row["order"] = pair_accuracy(engine, corpus, "order", mode, args)
+                    row["order"] = pair_accuracy(engine, corpus, "order", mode, args, within_pair=True)
                 else:
                     row["count"] = pair_accuracy(engine, corpus, "count", mode, args, within_pair=True)
             finally:

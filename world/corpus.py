@@ -17,8 +17,10 @@ Two kinds of video:
   phrasings ("a red square appears once" / "a red square appears twice"). Both videos share the
   haystack (seed, size, fps, codec, duration) and the once video's showing is one of the twice
   video's two, drawn alike: the frames differ only during the other showing. Every pair's event is
-  distinct (at most 32 pairs). The manifest gives count videos a ``group`` metadata field (the pair),
-  so a search can be restricted to one pair.
+  distinct (at most 32 pairs).
+
+The manifest gives the videos of order and count pairs a ``group`` metadata field (the pair), so a
+search can be restricted to one pair.
 
 A corpus is deterministic from its config (count pairs draw from a stream of their own, so adding
 them leaves the other videos as they were); ``make_corpus`` skips the work when ``truth.json``
@@ -246,8 +248,8 @@ def make_corpus(
         if truth.kind == "count":
             title = f"{truth.events[0][0]}, {('once', 'twice')[len(truth.events) - 1]}"
         meta = {"title": title, "kind": truth.kind, "duration_s": truth.duration_s}
-        if truth.kind == "count":
-            meta["group"] = truth.group  # a search restricted to the pair filters on it
+        if truth.group:  # order and count pairs: a search restricted to the pair filters on it
+            meta["group"] = truth.group
         lines.append(json.dumps({"id": truth.id, "path": truth.path, "metadata": meta}))
     (root / "videos.jsonl").write_text("\n".join(lines) + "\n")
     truth_file.write_text(
