@@ -301,6 +301,11 @@ def pair_accuracy(engine, corpus, kind: str, mode: Mode, args, *, within_pair: b
         if "heavy" in request:  # the shortlist is the whole (smaller) corpus or pair
             request["heavy"] = min(request["heavy"], n)
         ids = [h.video_id for h in engine.searcher.search(request).hits]
+        if within_pair and set(ids) != {right, partner}:  # e.g. a corpus cached before pairs had groups
+            raise SystemExit(
+                f"a search restricted to the pair {group} found {sorted(ids)}: its index lacks the pairs' "
+                f"group metadata; delete {corpus.root} and the indexes built from it, then rerun"
+            )
         wins.append(float(ids.index(right) < ids.index(partner)) if partner in ids else 0.0)
     return float(np.mean(wins)) if wins else float("nan")
 
