@@ -370,37 +370,32 @@ def modes_for(args) -> list[Mode]:
     return modes
 
 
-def one_seed(seed: int, args, model: Path) -> dict:
-    from engine.config import EngineConfig
-    from engine.loader import load_engine
+def corpora(seed: int, args) -> tuple:
+    """(single, order, count) corpora of ``seed`` (order / count: None when not asked for), rendered
+    once and cached under the workdir."""
     from world.corpus import CorpusConfig, make_corpus
 
     work = Path(args.workdir)
+    lengths = {"min_duration_s": args.min_s, "max_duration_s": args.max_s}
     single = make_corpus(
-        work / f"corpus-{seed}",
-        CorpusConfig(videos=args.videos, seed=seed, min_duration_s=args.min_s, max_duration_s=args.max_s),
-        progress=True,
+        work / f"corpus-{seed}", CorpusConfig(videos=args.videos, seed=seed, **lengths), progress=True
     )
-    order = None
+    order = count = None
     if args.order_pairs:
-        order = make_corpus(
-            work / f"order-{seed}",
-            CorpusConfig(
-                videos=0, order_pairs=args.order_pairs, seed=1000 + seed, prefix="o",
-                min_duration_s=args.min_s, max_duration_s=args.max_s,
-            ),
-            progress=True,
-        )  # fmt: skip
-    count = None
+        config = CorpusConfig(videos=0, order_pairs=args.order_pairs, seed=1000 + seed, prefix="o", **lengths)
+        order = make_corpus(work / f"order-{seed}", config, progress=True)
     if args.count_pairs:
-        count = make_corpus(
-            work / f"count-{seed}",
-            CorpusConfig(
-                videos=0, count_pairs=args.count_pairs, seed=2000 + seed, prefix="",
-                min_duration_s=args.min_s, max_duration_s=args.max_s,
-            ),
-            progress=True,
-        )  # fmt: skip
+        config = CorpusConfig(videos=0, count_pairs=args.count_pairs, seed=2000 + seed, prefix="", **lengths)
+        count = make_corpus(work / f"count-{seed}", config, progress=True)
+    return single, order, count
+
+
+def one_seed(seed: int, args, model: Path) -> dict:
+    from engine.config import EngineConfig
+    from engine.loader import load_engine
+
+    work = Path(args.workdir)
+    single, order, count = corpora(seed, args)
     results: dict[str, dict] = {}
     tops: dict[str, dict] = {}
     builds: dict[str, dict] = {}
@@ -507,6 +502,10 @@ def main(argv=None) -> int:
             tiny_world_checkpoint(model)
 
     started = time.perf_counter()
+    # every corpus is rendered before any engine loads: libvpx once failed to open its encoder
+    # (EINVAL) in a process that had already built and searched indexes
+    for seed in args.seeds:
+        corpora(seed, args)
     per_seed = {seed: one_seed(seed, args, model) for seed in args.seeds}
     minutes = (time.perf_counter() - started) / 60
     modes = [m.name for m in modes_for(args)]
