@@ -87,10 +87,24 @@ def stream_items(
     if queries is not None and takes_query(model):
         kwargs["query"] = queries.to(p.device, p.dtype)
     out = model(evidence, mask, steps, reset_memory=control == "reset", **kwargs)
+    final = out.final
+    if control == "reset":
+        final = pooled_readouts(out.step_embeddings, out.step_mask)
     clips, clip_mask = clip_embeddings(evidence, mask, out.final.shape[-1])
     return Embedded(
-        final=out.final, steps=out.step_embeddings, step_mask=out.step_mask, clips=clips, clip_mask=clip_mask
+        final=final, steps=out.step_embeddings, step_mask=out.step_mask, clips=clips, clip_mask=clip_mask
     )
+
+
+def pooled_readouts(steps: Tensor, step_mask: Tensor) -> Tensor:
+    """The reset-memory control's video embedding (Table 5): with the memory re-initialised before
+    every clip, each readout z_t sees clip t alone, so z_T would be the last-clip control again; the
+    paper reports the two apart (and only the last-clip control drops clips), so the reset control
+    keeps every clip: the L2-normalised mean of the per-clip readouts over the valid steps.
+    steps [n, T, d], step_mask [n, T] -> [n, d]."""
+    weights = step_mask.to(steps.dtype)[..., None]  # [n, T, 1]
+    pooled = (steps * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+    return torch.nn.functional.normalize(pooled, dim=-1)
 
 
 def clip_embeddings(evidence: Tensor, mask: Tensor, embed_dim: int) -> tuple[Tensor, Tensor]:
