@@ -435,6 +435,12 @@ def one_seed(seed: int, args, model: Path) -> dict:
     return results
 
 
+def _recorded_args(args) -> dict:
+    """The run's arguments as the JSON records them: local paths (the workdir, the output file) left
+    out, since they name one machine's folders and say nothing about the measurement."""
+    return {k: v for k, v in vars(args).items() if k not in ("workdir", "json")}
+
+
 def fmt(values: list[float], pct: bool) -> str:
     vals = [v for v in values if not np.isnan(v)]
     if not vals:
@@ -550,7 +556,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"args": vars(args), "minutes": minutes, "per_seed": per_seed, "environment": environment()},
+                {"args": _recorded_args(args), "minutes": minutes, "per_seed": per_seed, "environment": environment()},
                 indent=2,
                 default=str,
             )
