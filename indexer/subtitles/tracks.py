@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -181,6 +182,9 @@ def _as_cue(x) -> Cue | None:
 
 def within(track: TextTrack, duration_s: float | None) -> TextTrack:
     """``track`` with its cues kept inside ``[0, duration_s]`` (module docstring); says what it dropped."""
+    finite = [c for c in track.cues if math.isfinite(c.start_s) and math.isfinite(c.end_s)]
+    if len(finite) != len(track.cues):  # never stored: SQLite keeps NaN as NULL
+        track.cues = finite
     if not duration_s or duration_s <= 0 or not track.cues:
         return track
     kept = [

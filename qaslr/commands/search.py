@@ -67,11 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         from service.responses import to_response
 
-        print(
-            to_response(
-                outcome, "cli", cache_backend=backend
-            ).model_dump_json(indent=2)
-        )
+        print(to_response(outcome, "cli", cache_backend=backend).model_dump_json(indent=2))
         return 0
     print(
         f"{len(outcome.hits)} results for {outcome.query!r} ({outcome.mode}, {outcome.timings_ms['total']:.0f} ms)"
