@@ -119,7 +119,6 @@ QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores
 DEFAULT_TEXT_CONDITIONING = TextConditioning.NONE
 
 
-
 class FrameAggregate(StrEnum):
     """How the frame tier turns a candidate's bank relevance q·f_c into one score (engine.tiers.frame)."""
 
@@ -154,6 +153,32 @@ DEFAULT_REFINE_MOMENTS = 1
 NULL_SAMPLE_FRAMES = 2048
 RELEVANCE_NULL_WEIGHT = 0.25
 MIN_RELEVANCE = 0.85
+
+
+# -- what is said (engine.spoken): subtitles fused with pixels ---------------------------------------
+class Sources(StrEnum):
+    """What ``POST /search`` ranks by: what is seen (the frames), what is said (the videos' cues), or both."""
+
+    SEEN = "seen"  # the visual ranking alone (stage 1 and the cascade), as before cues existed
+    SAID = "said"  # the cues alone: SQLite FTS5, BM25, best cue per video
+    BOTH = "both"  # the two rankings fused (FUSION); a page nothing was said on is the visual answer
+
+
+# "both" is the default: an index without cues, or a page on which no cue matches the query, gets
+# exactly the visual answer (nothing is fused: order, scores and moments are those of "seen"), and
+# where a cue does match, what was said is found without asking for it.
+DEFAULT_SOURCES = Sources.BOTH
+
+
+class Fusion(StrEnum):
+    """How "both" fuses the visual ranking with the spoken one (engine.spoken)."""
+
+    RRF = "rrf"  # reciprocal rank fusion over both whole rankings: 1/(k + rank_seen) + 1/(k + rank_said)
+    MATCHES = "matches"  # the same over each ranking's matches only: visual hits at or above MIN_RELEVANCE
+
+
+FUSION_RRF_K = 60  # the k of reciprocal rank fusion (Cormack et al. 2009)
+DEFAULT_FUSION = Fusion.MATCHES  # measured by benchmarks/bench_hybrid.py (docs/results.md)
 
 
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------

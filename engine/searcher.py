@@ -5,6 +5,9 @@
     stage 2 (mode "rerank"): the heavy tier (engine.tiers) re-scores the R candidates with query-aware
         selection and query-conditioned encoding (selection, decode, encode, head), s_ij = q · v_ij
 A stage-1 miss stays a miss: stage 2 only reorders the shortlist.
+What is said (``sources``, engine.spoken): ``said`` ranks the index's cues instead (no stage 1 or 2),
+``both`` fuses that spoken ranking with the visual one; a page on which nothing was said is the
+visual answer unchanged.
 
 Evidence and the best moment (engine.moments). The evidence of a reranked candidate is its K'
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
@@ -27,6 +30,7 @@ import numpy as np
 from core.config import (
     Embedder,
     SearchMode,
+    Sources,
 )
 from engine.cache import FrameCache
 from engine.frames import FrameSource, FrameStats
@@ -41,6 +45,17 @@ from engine.moments import (
 from engine.refine import MomentRefiner
 from engine.relevance import NullSample, relevance
 from engine.request import InvalidRequest, SearcherConfig, SearchParams, resolve_request
+from engine.spoken import (
+    combined_relevance,
+    cue_clip,
+    cue_moment_preferred,
+    fuse,
+    fuse_clips,
+    fused_updates,
+    said_search,
+    spoken_hits,
+    spoken_page,
+)
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
 from models.streaming import VideoEncoder
@@ -59,8 +74,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STAGES = (
-    "queue", "query_embed", "filter", "faiss", "frame", "selection", "decode", "heavy_queue", "encode", "head",
-    "moment",
+    "queue", "query_embed", "filter", "faiss", "spoken", "frame", "selection", "decode", "heavy_queue", "encode",
+    "head", "moment",
     "refine", "total",
 )  # fmt: skip
 STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
@@ -96,6 +111,7 @@ class SearchOutcome:
     cache_errors: int = 0
     store_errors: int = 0
     warnings: list[str] = field(default_factory=list)
+    sources: str = Sources.SEEN  # what the ranking is by (engine.spoken)
 
 
 @dataclass
@@ -106,7 +122,10 @@ class ClipHit:
     score: float  # the frame tier's score over the moment's frames (engine.tiers.frame)
     moment: tuple[float, float]
     evidence: list[EvidenceItem]
-    relevance: float | None = None  # engine.relevance of the moment's best frame
+    relevance: float | None = None  # engine.relevance of the moment's best frame (or its cue's coverage)
+    source: str = Sources.SEEN  # found by what is seen, said, or both (engine.spoken)
+    cue: dict | None = None  # the cue that matched it (said, both)
+    visual_relevance: float | None = None
 
 
 class _Clock:
@@ -249,6 +268,7 @@ class Searcher:
             hits=[],
             warnings=list(p.notes),
             offset=p.offset,
+            sources=p.sources,
         )
         clock = _Clock(result.timings_ms, deadline, cancelled)
 
@@ -269,14 +289,29 @@ class Searcher:
             result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
             return result
 
+        spoken, spoken_only = None, []
+        if p.sources == Sources.SAID:  # what is said alone: no stage 1, no stage 2
+            return said_search(self, p, q_np[0], allowed, result, clock, t_start)
         with clock.stage("faiss"):
             # this page's window of the ranking, and one more to know whether another page follows
             with self._faiss_lock:
                 found = self.index.search(q_np, p.offset + p.shortlist + 1, allowed_ids=allowed)[0]
         result.more = len(found) > p.offset + p.shortlist
-        found = found[p.offset : p.offset + p.shortlist]
+        shown = [v for v, _ in found[: p.offset]]
+        found = [(rank, v, s) for rank, (v, s) in enumerate(found, start=1)][
+            p.offset : p.offset + p.shortlist
+        ]
+        if p.sources == Sources.BOTH:
+            with clock.stage("spoken"):
+                spoken = spoken_page(self.index, p.query, offset=p.offset, size=p.shortlist, allowed=allowed,
+                                     shown=shown, visual_ids=[v for _, v, _ in found])  # fmt: skip
+            if spoken is not None:  # videos an earlier page showed through speech are not shown again
+                found = [f for f in found if f[1] not in spoken.earlier]
+                result.more = result.more or spoken.more
+                spoken_only = spoken_hits(self, spoken, {v for _, v, _ in found}, q_np[0])
+                on_update = fused_updates(self, on_update, spoken, spoken_only, p, q_np[0])
         hits: list[Hit] = []
-        for rank, (video_id, score) in enumerate(found, start=p.offset + 1):
+        for rank, video_id, score in found:
             hits.append(
                 Hit(
                     video_id=video_id,
@@ -304,13 +339,19 @@ class Searcher:
                 result.decoded_frames, result.cache_errors = f.decoded_frames, f.cache_errors
                 result.store_frames, result.store_errors = f.store_frames, f.store_errors
                 result.warnings += stats.warnings
+        if spoken is not None:
+            with clock.stage("spoken"):
+                hits = fuse(hits, spoken_only, spoken, rule=self.config.fusion, offset=p.offset,
+                            relevance_of=lambda h: self._visual_relevance(q_np[0], h))  # fmt: skip
         if p.group_by == "clip":
             with clock.stage("moment"):
-                result.clips = [
-                    c
-                    for c in self._clips(p, q_np[0], hits)
-                    if p.min_score is None or c.relevance >= p.min_score
-                ][: p.top_k]
+                result.clips = self._clips(p, q_np[0], [h for h in hits if h.stage1_rank is not None])
+                if spoken is not None:
+                    result.clips = fuse_clips(result.clips, spoken, hits, rule=self.config.fusion,
+                                              make_clip=lambda h, cue: cue_clip(self, p, q_np[0], h, cue))  # fmt: skip
+                result.clips = [c for c in result.clips if p.min_score is None or c.relevance >= p.min_score][
+                    : p.top_k
+                ]
         with clock.stage("frame"):
             self._relevance(q_np[0], hits)
         if p.min_score is not None:  # on the relevance a user can read (engine.relevance), in every mode
@@ -322,6 +363,9 @@ class Searcher:
                     if hit.evidence is None:  # not re-encoded: the top-K' bank frames
                         self._bank_evidence(p, q_np[0], hit)
                     self._moment(q_np[0], hit)
+                    if cue_moment_preferred(hit):  # what was said matched it at least as well
+                        hit.moment, hit.moment_source = (hit.spoken.start_s, hit.spoken.end_s), "cue"
+                        hit.moment_run = None
                     hit.timeline = self._timeline(q_np[0], hit)
                 for clip in result.clips or []:  # a clip's video may lie outside the top videos
                     if clip.hit.timeline is None:
@@ -422,6 +466,12 @@ class Searcher:
         clips.sort(key=lambda c: (-c.score, c.hit.stage1_rank, c.moment[0]))
         return clips
 
+    def _visual_relevance(self, q_vec: np.ndarray, hit: Hit) -> float | None:
+        if hit.peak is None:
+            rel = bank_relevance(self.index, hit, q_vec)
+            hit.peak = float(rel.max()) if rel.size else None
+        return None if hit.peak is None else relevance(hit.peak, self._null(q_vec))
+
     def _null(self, q_vec: np.ndarray) -> float:
         if self.null_sample is None:  # drawn once per index, on first use
             self.null_sample = NullSample(self.index)
@@ -431,12 +481,9 @@ class Searcher:
         """Each hit's relevance (engine.relevance): its bank's peak against the collection's null."""
         if not hits:
             return
-        null = self._null(q_vec)
         for hit in hits:
-            if hit.peak is None:
-                rel = bank_relevance(self.index, hit, q_vec)
-                hit.peak = float(rel.max()) if rel.size else None
-            hit.relevance = None if hit.peak is None else relevance(hit.peak, null)
+            hit.visual_relevance = self._visual_relevance(q_vec, hit)
+            hit.relevance = combined_relevance(hit.visual_relevance, hit.spoken)
 
     def _bank_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:
         """Evidence of a hit no heavy tier re-encoded: the top-K' frames of its bank by relevance,
