@@ -53,6 +53,7 @@ from engine.spoken import (
     fuse_clips,
     fused_updates,
     said_search,
+    split_clues,
     spoken_hits,
     spoken_page,
 )
@@ -272,9 +273,11 @@ class Searcher:
         )
         clock = _Clock(result.timings_ms, deadline, cancelled)
 
+        # sources=both: "quoted phrases" are what is said, the rest what is seen (engine.spoken)
+        seen_text, said_text = split_clues(p.query) if p.sources == Sources.BOTH else (p.query, p.query)
         with clock.stage("query_embed"):
             images = None if p.image is None else [p.image]
-            q = self.encoder.embed_queries([p.query], images=images).float()  # [1, d]
+            q = self.encoder.embed_queries([seen_text], images=images).float()  # [1, d]
         q_np = q.numpy().astype(np.float32)
 
         allowed = None
@@ -303,7 +306,7 @@ class Searcher:
         ]
         if p.sources == Sources.BOTH:
             with clock.stage("spoken"):
-                spoken = spoken_page(self.index, p.query, offset=p.offset, size=p.shortlist, allowed=allowed,
+                spoken = spoken_page(self.index, said_text, offset=p.offset, size=p.shortlist, allowed=allowed,
                                      shown=shown, visual_ids=[v for _, v, _ in found])  # fmt: skip
             if spoken is not None:  # videos an earlier page showed through speech are not shown again
                 found = [f for f in found if f[1] not in spoken.earlier]
@@ -328,7 +331,7 @@ class Searcher:
             stats = RerankStats()
             try:
                 tier_request = TierRequest(
-                    query=p.query if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
+                    query=seen_text if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
                     stats=stats, clock=clock, exit_threshold=p.exit_threshold, on_update=on_update,
                     chunk=p.update_chunk,
                 )  # fmt: skip

@@ -6,11 +6,15 @@ so operators (``AND``, ``NEAR``, ``*``, ``:``, parentheses) in the text are just
 are alternatives (``OR``: a cue that says some of them matches, BM25 ranks those that say more, and
 rarer, words higher); common English words (:data:`STOP_WORDS`) are left out when others remain.
 Quoted phrases must all be said, in order (``"harbour lights" ferry``: cues with the phrase, ranked
-higher when they also say "ferry"). At most :data:`MAX_TERMS` words and phrases are used.
+higher when they also say "ferry"). Adjacent pairs of the query's words are added as phrases that
+only rank: a cue that says "old lighthouse" ranks above one that says "old" and "lighthouse" apart
+(the sequential-dependence idea of term proximity). At most :data:`MAX_TERMS` words and phrases
+are used.
 
 **The ranking.** FTS5 ranks matching cues by BM25 (its ``bm25()``, over stemmed, diacritic-folded
 tokens); a video's spoken score is its best cue's (``said_score`` = -bm25, higher is better), and
-videos are ranked by it. Each match carries its cue (text, start and end), FTS5's snippet of it
+videos are ranked by it (equal scores share a rank: several videos that say the same line are
+equally said). Each match carries its cue (text, start and end), FTS5's snippet of it
 with the matched words marked (``highlights``: character ranges in ``snippet``), and its
 ``coverage``: the share of the query's words and phrases the cue says, each weighted by its BM25
 IDF over the index's cues, in 0..1 like the visual ``relevance`` (1: it says every word of the
@@ -18,16 +22,21 @@ query). A result found through speech has ``relevance`` = max(visual relevance, 
 ``min_score`` filters on, and its moment is the cue's times when coverage is at least its visual
 relevance (what was said matched it better than what is seen).
 
-**Fusion** (``sources=both``; :data:`core.config.Fusion`). A page holds the visual window of the
-shortlist (ranks ``offset+1 .. offset+R`` after stage 2) and the spoken window of the same ranks,
-each without the videos an earlier page showed through the other. When no video of the page has a
-spoken match, the page is the visual answer, unchanged. Otherwise each video scores
-``1/(k + seen_rank) + 1/(k + said_rank)`` (k = 60; a term is 0 where the video has no such rank);
-``rrf`` counts every visual rank, ``matches`` only the visual ranks of good matches (``relevance``
-at or above MIN_RELEVANCE, the page's own "no good match" line), so that a visual rank of a
-non-match cannot outweigh what was said. Ties go to the higher ``relevance``, then the visual order.
-``group_by=clip`` fuses the same way over moments: the visual clips and every matching cue of the
-page's spoken videos (a cue that overlaps a visual clip of its video joins that clip).
+**Fusion** (``sources=both``; :data:`core.config.Fusion`). In a ``both`` query, ``"quoted phrases"``
+are what is said and the rest is what is seen: the frames are searched with the words outside the
+quotes and the cues with the phrases (``a red square appears "missing goat"``); a query without
+quotes (or with nothing outside them) is searched whole by both. A page holds the visual window
+of the shortlist (ranks ``offset+1 .. offset+R`` after stage 2) and the spoken window of the same
+ranks, each without the videos an earlier page showed through the other. When no video of the
+page has a spoken match, the page is the visual answer, unchanged. Otherwise, by the ``relevance``
+rule (the default), a video scores ``max(seen, said) + 1/3 min(seen, said)``: ``said`` is its
+cue's coverage (0 without one), ``seen`` its visual relevance made to follow the visual ranking
+(each the least of its own and those ranked above it; a video outside the visual window at most
+the window's last), so the visual order stands where nothing was said; ``rrf`` scores
+``1/(k + seen_rank) + 1/(k + said_rank)`` (k = 60; a term is 0 without that rank; equal spoken
+scores share a rank). Ties go to the visual order. ``group_by=clip`` fuses the same way over
+moments: the visual clips and every matching cue of the page's spoken videos (a cue that overlaps
+a visual clip of its video joins that clip).
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.config import FUSION_RRF_K, MIN_RELEVANCE, Fusion, Sources
+from core.config import FUSION_AGREEMENT, FUSION_RRF_K, Fusion, Sources
 from engine.hits import EvidenceItem, Hit, bank_relevance
 
 MAX_TERMS = 32  # words and phrases of a query used for the spoken ranking
@@ -51,7 +60,7 @@ STOP_WORDS = frozenset(
     "a an the and or but of to in on at by for with from into onto is are was were be been being am it "
     "its this that these those there here then than as so not no do does did has have had i you he she "
     "we they me him her us them my your his our their what which who whom when where while how some any "
-    "all just very also".split()
+    "all just very also about after before over under up out if because can will would could should".split()
 )
 _PHRASE = re.compile(r'"([^"]*)"')
 _WORD = re.compile(r"[^\W_]+")  # letters and digits (FTS5's unicode61 token characters)
@@ -77,7 +86,8 @@ def spoken_query(text: str | None) -> SpokenQuery | None:
         words = _WORD.findall(inner.lower())
         if words and " ".join(words) not in phrases:
             phrases.append(" ".join(words))
-    words = list(dict.fromkeys(_WORD.findall(_PHRASE.sub(" ", text).lower())))
+    sequence = _WORD.findall(_PHRASE.sub(" ", text).lower())
+    words = list(dict.fromkeys(sequence))
     informative = [w for w in words if w not in STOP_WORDS]
     if informative or phrases:
         words = informative
@@ -85,14 +95,37 @@ def spoken_query(text: str | None) -> SpokenQuery | None:
     if not phrases and not words:
         return None
     units = tuple(_string(u) for u in (*phrases, *words))
+    # adjacent pairs of the query's words, as phrases: they only rank (a cue that says "old
+    # lighthouse" above one that says "old" and "lighthouse" apart), they never make a match alone
+    kept = set(words)
+    pairs = list(
+        dict.fromkeys(
+            f"{a} {b}"
+            for a, b in zip(sequence, sequence[1:], strict=False)
+            if a in kept and b in kept and a != b
+        )
+    )
+    ranking = " OR ".join((*units, *(_string(p) for p in pairs[:MAX_TERMS])))
     required = " AND ".join(_string(p) for p in phrases)
     if not phrases:
-        expression = " OR ".join(units)
+        expression = ranking
     elif not words:
         expression = required
     else:  # the phrases are required; the words rank among the cues that say them
-        expression = f"{required} AND ({' OR '.join(units)})"
+        expression = f"{required} AND ({ranking})"
     return SpokenQuery(expression, units)
+
+
+def split_clues(text: str | None) -> tuple[str | None, str | None]:
+    """(what is seen, what is said) of a ``both`` query: the words outside its quoted phrases and
+    the phrases; the whole text for both when it has no phrase or nothing outside them."""
+    if not text:
+        return text, text
+    phrases = [p for p in _PHRASE.findall(text) if _WORD.search(p)]
+    rest = " ".join(_PHRASE.sub(" ", text).replace('"', " ").split())
+    if not phrases or not _WORD.search(rest):
+        return text, text
+    return rest, " ".join(_string(p) for p in phrases)
 
 
 @dataclass
@@ -128,7 +161,15 @@ def spoken_ranking(index, query: SpokenQuery, *, allowed=None) -> list[SpokenMat
             )
         if len(match.cues) < MAX_CUES_PER_VIDEO:
             match.cues.append(row)
-    return list(out.values())
+    ranking = list(out.values())
+    for i, m in enumerate(ranking):  # equal scores share a rank (several videos say the same line)
+        if i and _same(m.score, ranking[i - 1].score):
+            m.rank = ranking[i - 1].rank
+    return ranking
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
 def describe(index, query: SpokenQuery, matches: list[SpokenMatch]) -> None:
@@ -228,21 +269,34 @@ def fuse(visual: list, spoken_only: list, page: SpokenPage, *, rule: str, offset
     for hit in hits:
         if hit.seen_score is None and hit.seen_rank:
             hit.seen_score = hit.score
-        seen = 0.0
-        if hit.seen_rank and (rule == Fusion.RRF or (relevance_of(hit) or 0.0) >= MIN_RELEVANCE):
-            seen = 1.0 / (FUSION_RRF_K + hit.seen_rank)
-        said = 1.0 / (FUSION_RRF_K + hit.spoken.rank) if hit.spoken else 0.0
-        hit.score = seen + said
+    seen = _monotone([relevance_of(h) for h in visual], [relevance_of(h) for h in spoken_only])
+    for hit, visual_value in zip(hits, seen, strict=True):
+        said = hit.spoken.coverage if hit.spoken else 0.0
+        if rule == Fusion.RRF:
+            hit.score = (1.0 / (FUSION_RRF_K + hit.seen_rank) if hit.seen_rank else 0.0) + (
+                1.0 / (FUSION_RRF_K + hit.spoken.rank) if hit.spoken else 0.0
+            )
+        else:
+            hit.score = agreement(visual_value, said)
     inf = float("inf")
-    return sorted(
-        hits,
-        key=lambda h: (
-            -h.score,
-            -(combined_relevance(relevance_of(h), h.spoken) if h.score > 0 else 0.0),
-            h.seen_rank or inf,
-            h.spoken.rank if h.spoken else inf,
-        ),
-    )
+    return sorted(hits, key=lambda h: (-h.score, h.seen_rank or inf, h.spoken.rank if h.spoken else inf))
+
+
+def agreement(seen: float, said: float) -> float:
+    """Fusion.RELEVANCE: the better of two relevances plus FUSION_AGREEMENT of the other."""
+    seen, said = max(0.0, seen), max(0.0, said)
+    return max(seen, said) + FUSION_AGREEMENT * min(seen, said)
+
+
+def _monotone(ranked: list, outside: list) -> list[float]:
+    """Visual relevances that follow the visual ranking: each the least of its own and those ranked
+    above it; those outside the ranking at most its last (None counts as 0)."""
+    out, low = [], float("inf")
+    for value in ranked:
+        low = min(low, value or 0.0)
+        out.append(low)
+    last = low if ranked else float("inf")
+    return out + [min(value or 0.0, last) for value in outside]
 
 
 def combined_relevance(visual: float | None, spoken: SpokenMatch | None) -> float | None:
@@ -293,22 +347,18 @@ def fuse_clips(visual_clips: list, page: SpokenPage, hits: list, *, rule: str, m
         clip.source = Sources.BOTH if id(clip) in seen_rank else Sources.SAID
         said_rank[id(clip)] = rank
         clip.relevance = max(v for v in (clip.visual_relevance, cue.get("coverage", 0.0)) if v is not None)
+    visual = [c for c in clips if id(c) in seen_rank]
+    seen = dict(zip(map(id, visual), _monotone([c.visual_relevance for c in visual], []), strict=True))
     for clip in clips:
-        seen = 0.0
-        if id(clip) in seen_rank and (rule == Fusion.RRF or (clip.visual_relevance or 0.0) >= MIN_RELEVANCE):
-            seen = 1.0 / (FUSION_RRF_K + seen_rank[id(clip)])
-        said = 1.0 / (FUSION_RRF_K + said_rank[id(clip)]) if id(clip) in said_rank else 0.0
-        clip.score = seen + said
+        if rule == Fusion.RRF:
+            clip.score = (1.0 / (FUSION_RRF_K + seen_rank[id(clip)]) if id(clip) in seen_rank else 0.0) + (
+                1.0 / (FUSION_RRF_K + said_rank[id(clip)]) if id(clip) in said_rank else 0.0
+            )
+        else:
+            said = clip.cue.get("coverage", 0.0) if clip.cue else 0.0
+            clip.score = agreement(seen.get(id(clip), 0.0), said)
     inf = float("inf")
-    return sorted(
-        clips,
-        key=lambda c: (
-            -c.score,
-            -((c.relevance or 0.0) if c.score > 0 else 0.0),
-            seen_rank.get(id(c), inf),
-            said_rank.get(id(c), inf),
-        ),
-    )
+    return sorted(clips, key=lambda c: (-c.score, seen_rank.get(id(c), inf), said_rank.get(id(c), inf)))
 
 
 # -- the searcher's side (engine.searcher calls these) -------------------------------------------------

@@ -238,8 +238,9 @@ class SearchRequest(BaseModel):
         DEFAULT_SOURCES,
         description="what to rank by: `seen`, the frames (stage 1 and the cascade); `said`, the videos' subtitle "
         'cues (SQLite FTS5, BM25; words are alternatives, `"quoted phrases"` must be said in order); `both`, '
-        "the two rankings fused (reciprocal rank fusion, k = 60). `both` is the default: on an index without "
-        "subtitles, or a page no cue matches, it answers exactly what `seen` does",
+        "the two fused (the server's QASLR_FUSION: by default the better of the two relevances plus a third of "
+        "the other); in `both`, quoted phrases are what is said and the words outside them what is seen. `both` "
+        "is the default: on an index without subtitles, or a page no cue matches, it answers what `seen` does",
     )
     page_token: StrictStr | None = Field(
         None,
@@ -339,8 +340,9 @@ class SearchResult(BaseModel):
     score: float = Field(
         ...,
         description="final score: s_ij = q·v_ij after rerank, else stage-1 q·v_j; when what was said is fused "
-        "in (`source` said or both on the page), the fused rank score 1/(60 + seen rank) + 1/(60 + said "
-        "rank); with sources=said, the cue's BM25",
+        "in (a page with a spoken match), the fused score (QASLR_FUSION relevance: max(seen, said) + 1/3 "
+        "min(seen, said) over the two relevances; rrf: 1/(60 + seen rank) + 1/(60 + said rank)); with "
+        "sources=said, the cue's BM25",
     )
     stage1_score: float
     stage1_rank: int | None = Field(

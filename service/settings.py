@@ -103,8 +103,8 @@ class Settings(BaseSettings):
     )  # fmt: skip
     fusion: Fusion = Field(
         _E.fusion,
-        description="how sources=both fuses what is seen with what is said: rrf (reciprocal rank fusion, k=60, "
-        "over every visual rank) or matches (the same over good visual matches only); engine.spoken",
+        description="how sources=both fuses what is seen with what is said: relevance (the better of the two "
+        "0..1 relevances plus a third of the other) or rrf (reciprocal rank fusion, k=60); engine.spoken",
     )
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
     warm_up: bool = Field(

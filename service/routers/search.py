@@ -171,7 +171,7 @@ async def _watch_disconnect(request: Request, gone: threading.Event, poll_s: flo
     "`shortlist` candidates with query-aware frame selection and query-conditioned encoding (QASLR §A.4). "
     "`page_token` pages through the stage-1 ranking, `shortlist` candidates at a time. `sources` chooses what is "
     "ranked: what is seen (the frames), what is said (the videos' subtitles: each result then carries its cue as "
-    "`spoken`, with a snippet and its times), or both, fused by reciprocal rank (the default).",
+    "`spoken`, with a snippet and its times), or both fused (the default; quoted phrases are then what is said).",
     responses=_RESPONSES,
 )
 async def search(

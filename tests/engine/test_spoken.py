@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from core.config import FUSION_RRF_K, MIN_RELEVANCE, Fusion
+from core.config import FUSION_RRF_K, Fusion
 from engine.request import InvalidRequest
-from engine.spoken import SpokenMatch, SpokenPage, _marked, fuse, spoken_query
+from engine.spoken import SpokenMatch, SpokenPage, _marked, agreement, fuse, split_clues, spoken_query
 from world.corpus import CorpusConfig, make_corpus
 
 # what each video of the corpus says (the corpus has 6 single-event videos of 30-40 s)
@@ -73,14 +73,15 @@ def _ids(corpus):
 @pytest.mark.parametrize(
     "text, expression",
     [
-        ("the harbour bell", '"harbour" OR "bell"'),
-        ("the a of", '"the" OR "a" OR "of"'),  # only common words: they are all there is
+        ("the harbour bell", '"harbour" OR "bell" OR "harbour bell"'),  # the pair only ranks
+        ("the a of", '"the" OR "a" OR "of" OR "the a" OR "a of"'),  # only common words: all there is
         ('"harbour lights" ferry', '"harbour lights" AND ("harbour lights" OR "ferry")'),
         ('"Harbour  LIGHTS"', '"harbour lights"'),
-        ("NEAR(a b) AND * OR : col:x ^y -z", '"near" OR "b" OR "col" OR "x" OR "y" OR "z"'),
-        ('"unbalanced quote', '"unbalanced" OR "quote"'),
-        ('say ""quoted"" "" things', '"say" OR "quoted" OR "things"'),  # empty quotes are no phrase
-        ("café naïve", '"café" OR "naïve"'),
+        ("NEAR(a b) AND * OR : col:x", '"near" OR "b" OR "col" OR "x" OR "col x"'),
+        ('"unbalanced quote', '"unbalanced" OR "quote" OR "unbalanced quote"'),
+        ('say ""quoted"" "" things', '"say" OR "quoted" OR "things" OR "say quoted" OR "quoted things"'),
+        ("café naïve", '"café" OR "naïve" OR "café naïve"'),
+        ("red, the red door", '"red" OR "door" OR "red door"'),
     ],
 )
 def test_user_text_becomes_an_fts5_query_of_strings_only(text, expression):
@@ -124,7 +125,7 @@ def test_said_finds_the_video_that_says_it_with_the_cue_as_moment_and_snippet(sp
     assert top.moment == (3.0, 5.5) and top.moment_source == "cue"
     assert top.spoken.text == "The lighthouse keeper counts seven herons"
     marked = [top.spoken.snippet[a:b] for a, b in top.spoken.highlights]
-    assert marked == ["lighthouse", "keeper", "counts", "herons"]  # stemmed: counting -> counts
+    assert marked == ["lighthouse keeper counts", "herons"]  # stemmed: counting -> counts; runs merged
     assert top.spoken.coverage == pytest.approx(1.0)
     assert top.relevance == pytest.approx(1.0)  # max(visual, coverage)
     assert [h.video_id for h in out.hits] == [ids[0], ids[5]]  # "lighthouse" alone, lower
@@ -175,9 +176,11 @@ def test_both_puts_the_video_that_is_seen_and_said_first(spoken_engine, spoken_c
     top = both.hits[0]
     assert top.video_id == ids[2] and top.source == "both" and top.spoken is not None
     assert top.seen_rank == 1 and top.seen_score is not None
-    counted = spoken_engine.searcher.config.fusion == Fusion.RRF or top.visual_relevance >= MIN_RELEVANCE
-    seen = 1 / (FUSION_RRF_K + 1) if counted else 0.0
-    assert top.score == pytest.approx(seen + 1 / (FUSION_RRF_K + top.spoken.rank))
+    if spoken_engine.searcher.config.fusion == Fusion.RRF:
+        expected = 1 / (FUSION_RRF_K + 1) + 1 / (FUSION_RRF_K + top.spoken.rank)
+    else:  # the better relevance plus a third of the other
+        expected = agreement(top.visual_relevance, top.spoken.coverage)
+    assert top.score == pytest.approx(expected)
     assert top.moment_source != "cue"  # it matched by its pixels better than by its words
     assert {h.source for h in both.hits} <= {"seen", "said", "both"}
 
@@ -298,7 +301,7 @@ def test_fusion_puts_a_video_seen_and_said_above_either_alone(rule):
     assert order[0].seen_score == pytest.approx(0.8)
 
 
-def test_rrf_counts_every_visual_rank_and_matches_only_good_matches():
+def test_rrf_lets_a_word_in_passing_outrank_the_pixels_and_relevance_does_not():
     def run(rule):
         visual = [
             _hit("answer", 1, 0.95),
@@ -311,16 +314,54 @@ def test_rrf_counts_every_visual_rank_and_matches_only_good_matches():
 
     ids, scores = run(Fusion.RRF)
     assert ids == ["near", "answer"] and scores[0] == pytest.approx(1 / 62 + 1 / 61)
-    ids, scores = run(Fusion.MATCHES)
-    assert ids == ["answer", "near"] and scores == pytest.approx(
-        [1 / 61, 1 / 61]
-    )  # tie: the higher relevance
+    ids, scores = run(Fusion.RELEVANCE)
+    assert ids == ["answer", "near"] and scores == pytest.approx([0.95, 0.70 + 0.3 / 3])
+
+
+def test_relevance_fusion_keeps_the_visual_order_where_nothing_was_said():
+    # "b" was ranked above "a" by stage 2 although its frames score lower: fusion keeps that order
+    visual = [_hit("b", 1, 0.80), _hit("a", 2, 0.99), _hit("c", 3, 0.60)]
+    said_only = [_hit("d", None, 0.95)]  # outside the visual window: at most the window's last
+    order = fuse(visual, said_only, _page({"d": 1}, coverage=0.2), rule=Fusion.RELEVANCE, offset=0,
+                 relevance_of=lambda h: h.rel)  # fmt: skip
+    assert [h.video_id for h in order] == ["b", "a", "d", "c"]
+    assert [h.score for h in order] == pytest.approx([0.80, 0.80, 0.60 + 0.2 / 3, 0.60])
+    assert agreement(-0.2, 0.5) == pytest.approx(0.5) and agreement(0.9, 0.9) == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize(
+    "text, seen, said",
+    [
+        ('a red square appears "missing goat"', "a red square appears", '"missing goat"'),
+        ('x "a b" y "c"', "x y", '"a b" "c"'),
+        ('"only a phrase"', '"only a phrase"', '"only a phrase"'),
+        ("no quotes", "no quotes", "no quotes"),
+        ('empty "" quotes', 'empty "" quotes', 'empty "" quotes'),
+    ],
+)
+def test_in_both_quoted_phrases_are_said_and_the_rest_is_seen(text, seen, said):
+    assert split_clues(text) == (seen, said)
+
+
+def test_both_with_a_quoted_phrase_searches_the_frames_without_it(spoken_engine, spoken_corpus):
+    corpus, _ = spoken_corpus
+    ids = _ids(corpus)
+    event = corpus.videos[2].queries[0]
+    s = spoken_engine.searcher
+    out = s.search({"query": f'{event} "ferry leaves"', "mode": "frames"})
+    assert out.hits[0].video_id == ids[2] and out.hits[0].source == "both"
+    assert [h.video_id for h in out.hits if h.spoken] == [ids[2]]  # only it says the phrase
+    seen = s.search({"query": event, "sources": "seen", "mode": "frames"})
+    visual = [h for h in out.hits if h.seen_rank]
+    assert [h.video_id for h in visual] == [h.video_id for h in seen.hits]  # the pixels saw the event alone
+    assert [h.seen_score for h in visual] == pytest.approx([h.score for h in seen.hits])
 
 
 def test_fusion_without_anything_said_returns_the_visual_order_untouched():
     visual = [_hit("b", 1, 0.5), _hit("a", 2, 0.99)]
-    order = fuse(visual, [], _page({}), rule=Fusion.MATCHES, offset=0, relevance_of=lambda h: h.rel)
-    assert [h.video_id for h in order] == ["b", "a"] and [h.score for h in order] == [0.9, 0.8]
+    for rule in Fusion:
+        order = fuse(visual, [], _page({}), rule=rule, offset=0, relevance_of=lambda h: h.rel)
+        assert [h.video_id for h in order] == ["b", "a"] and [h.score for h in order] == [0.9, 0.8]
 
 
 def test_an_index_whose_cue_tables_are_gone_serves_seen_and_said_quietly(

@@ -62,7 +62,7 @@ def test_said_answers_with_the_source_the_snippet_and_the_cue_as_moment(client):
     assert top["video_id"] == "s0" and top["source"] == "said" and top["stage1_rank"] is None
     spoken = top["spoken"]
     assert spoken["text"] == "The lighthouse keeper counts seven herons"
-    assert [spoken["snippet"][a:b] for a, b in spoken["highlights"]] == ["lighthouse", "keeper", "herons"]
+    assert [spoken["snippet"][a:b] for a, b in spoken["highlights"]] == ["lighthouse keeper", "herons"]
     assert spoken["start_s"] == 0.5 and spoken["end_s"] == 1.5 and spoken["rank"] == 1
     assert 0.99 <= spoken["coverage"] <= 1.0 and top["relevance"] >= 0.99
     assert top["evidence"]["moment"] == {"start_s": 0.5, "end_s": 1.5, "source": "cue"}
