@@ -385,3 +385,13 @@ def test_an_index_whose_cue_tables_are_gone_serves_seen_and_said_quietly(
         assert len(engine.searcher.search({"query": "lighthouse", "mode": "frames"}).hits) == 1
     finally:
         engine.close()
+
+
+def test_qaslr_search_prints_what_was_said(spoken_engine, spoken_corpus, capsys):
+    from qaslr.cli import main
+
+    index = spoken_engine.config.index
+    model = spoken_engine.config.model
+    assert main(["search", "lighthouse keeper", "--index", str(index), "--model", model, "--sources", "said"]) == 0
+    out = capsys.readouterr().out
+    assert "(said)" in out and "said at 3.0-5.5 s: The lighthouse keeper counts seven herons" in out
