@@ -119,7 +119,6 @@ QFRAME_TEMPERATURE = 0.25  # query-aware selection, in units of the frame scores
 DEFAULT_TEXT_CONDITIONING = TextConditioning.NONE
 
 
-
 class FrameAggregate(StrEnum):
     """How the frame tier turns a candidate's bank relevance q·f_c into one score (engine.tiers.frame)."""
 
@@ -154,6 +153,39 @@ DEFAULT_REFINE_MOMENTS = 1
 NULL_SAMPLE_FRAMES = 2048
 RELEVANCE_NULL_WEIGHT = 0.25
 MIN_RELEVANCE = 0.85
+
+
+# -- what is said (engine.spoken): subtitles fused with pixels ---------------------------------------
+class Sources(StrEnum):
+    """What ``POST /search`` ranks by: what is seen (the frames), what is said (the videos' cues), or both."""
+
+    SEEN = "seen"  # the visual ranking alone (stage 1 and the cascade), as before cues existed
+    SAID = "said"  # the cues alone: SQLite FTS5, BM25, best cue per video
+    BOTH = "both"  # the two rankings fused (FUSION); a page nothing was said on is the visual answer
+
+
+# "both" is the default: an index without cues, or a page on which no cue matches the query, gets
+# exactly the visual answer (nothing is fused: order, scores and moments are those of "seen"), and
+# where a cue does match, what was said is found without asking for it.
+DEFAULT_SOURCES = Sources.BOTH
+
+
+class Fusion(StrEnum):
+    """How "both" fuses the visual ranking with the spoken one (engine.spoken)."""
+
+    RRF = "rrf"  # reciprocal rank fusion: 1/(k + rank seen) + 1/(k + rank said), k = FUSION_RRF_K
+    # the two calibrated relevances (0..1): the better one plus FUSION_AGREEMENT of the other, the
+    # visual one kept in the visual ranking's order (a soft AND: both agreeing beats either alone)
+    RELEVANCE = "relevance"
+
+
+FUSION_RRF_K = 60  # the k of reciprocal rank fusion (Cormack et al. 2009)
+FUSION_AGREEMENT = 1 / 3  # the weight of the weaker source under Fusion.RELEVANCE
+# Chosen by benchmarks/bench_hybrid.py on seeds 10 and 11 (the reported seeds are 0-2): RRF found the
+# videos both seen and said but let a partial spoken match (a colour word in passing) outrank a
+# video found by its pixels alone, and a random visual rank outrank a full spoken match; the weight
+# 1/3 was the largest of 1/4, 1/3, 1/2, 3/4, 1 that lost no seen-only query there (docs/results.md).
+DEFAULT_FUSION = Fusion.RELEVANCE
 
 
 # -- request limits (the API's schema and the searcher both enforce these) ----------------------

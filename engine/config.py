@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.config import (
     DEFAULT_FRAMES,
+    DEFAULT_FUSION,
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
     DEFAULT_MODEL_ID,
@@ -72,6 +73,7 @@ class EngineConfig:
     heavy_margin: float = DEFAULT_HEAVY_MARGIN  # ... when its first two scores lie within this
     refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
     frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score: max, top2 or z
+    fusion: str = DEFAULT_FUSION  # how sources=both fuses the seen and said rankings: relevance or rrf
 
     def replace(self, **changes) -> EngineConfig:
         return replace(self, **changes)

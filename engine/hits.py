@@ -19,7 +19,7 @@ class Hit:
     video_id: str
     score: float
     stage1_score: float
-    stage1_rank: int  # 1-based
+    stage1_rank: int | None  # 1-based; None: found only through what was said (engine.spoken)
     reranked: bool = False
     record: object = None  # indexer.store.VideoRecord
     evidence: list[EvidenceItem] | None = None
@@ -39,6 +39,12 @@ class Hit:
     bank_relevance: np.ndarray | None = (
         None  # q·f_c over the video's frame bank, computed once a search  # the frame tier's score (engine.tiers.frame), when it ran
     )
+    # what is said (engine.spoken): which rankings found it, its best cue, its visual rank and score
+    source: str = "seen"  # core.config.Sources: seen, said or both
+    spoken: object = None  # engine.spoken.SpokenMatch
+    seen_rank: int | None = None  # its rank in the visual ranking (when fused)
+    seen_score: float | None = None  # its visual score (when fused; ``score`` is then the fused one)
+    visual_relevance: float | None = None  # ``relevance`` from the frames alone
 
 
 def ordered(hits: list[Hit]) -> list[Hit]:

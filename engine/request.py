@@ -10,10 +10,12 @@ import numpy as np
 
 from core.config import (
     DEFAULT_FRAMES,
+    DEFAULT_FUSION,
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
     DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
+    DEFAULT_SOURCES,
     DEFAULT_TOP_K,
     FRAME_AGGREGATE,
     MAX_FRAMES,
@@ -23,7 +25,9 @@ from core.config import (
     MAX_TOP_K,
     QFRAME_TEMPERATURE,
     QUERY_BLANKS,
+    Fusion,
     SearchMode,
+    Sources,
 )
 
 ALWAYS_HEAVY = 2.0  # a heavy_margin no two cosines can reach: the heavy tier always runs
@@ -55,6 +59,7 @@ class SearcherConfig:
     heavy_margin: float = DEFAULT_HEAVY_MARGIN  # ... when the frame tier's top two lie within this
     refine_moments: int = DEFAULT_REFINE_MOMENTS  # results whose moments are refined at the source's rate
     frame_aggregate: str = FRAME_AGGREGATE  # the frame tier's score (engine.tiers.frame)
+    fusion: str = DEFAULT_FUSION  # how sources=both fuses the rankings (engine.spoken)
 
     @classmethod
     def from_engine_config(cls, config) -> SearcherConfig:
@@ -72,6 +77,7 @@ class SearcherConfig:
             heavy_margin=config.heavy_margin,
             refine_moments=config.refine_moments,
             frame_aggregate=config.frame_aggregate,
+            fusion=Fusion(getattr(config, "fusion", DEFAULT_FUSION)),
         )
 
 
@@ -97,6 +103,7 @@ class SearchParams:
     group_by: str = "video"  # "video": one result per video; "clip": moments, several per video
     offset: int = 0  # the page's first stage-1 rank - 1 (pagination of the stage-1 ranking)
     update_chunk: int | None = None  # stage-2 candidates per progress update (default: encode_chunk)
+    sources: str = DEFAULT_SOURCES  # what is ranked: seen, said or both (engine.spoken)
     notes: list[str] = field(default_factory=list)  # said back to the caller as warnings
 
 
@@ -171,7 +178,16 @@ def resolve_request(request, cfg: SearcherConfig, *, can_exit: bool = False) -> 
                 notes.append("exit_threshold ignored: this server has no early-exit gate; streamed in full")
     elif can_exit:
         exit_threshold = cfg.exit_threshold  # the server's default (the engine checked the gate)
+    sources = get("sources", DEFAULT_SOURCES) or DEFAULT_SOURCES
+    if sources not in tuple(Sources):
+        raise InvalidRequest("sources", "must be one of " + ", ".join(f"'{s}'" for s in Sources))
+    sources = Sources(sources)
+    if sources == Sources.SAID and query is None:
+        raise InvalidRequest(
+            "sources", "'said' searches what is said: it needs query text (an image says nothing)"
+        )
     return SearchParams(
+        sources=sources,
         query=query,
         top_k=top_k,
         shortlist=shortlist,

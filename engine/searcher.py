@@ -8,6 +8,9 @@ A stage-1 miss stays a miss: stage 2 only reorders the shortlist. One ranking, o
 candidate the heavy tier scores goes through the same pathway; a streaming stage 2 applies §3.1's
 short-input rule to the whole request (K' <= L: the one-shot tier for all, said in the answer's
 ``rerank_embedder``, each hit's ``tier`` and a warning) and refuses K' above its head's trained K'.
+What is said (``sources``, engine.spoken): ``said`` ranks the index's cues instead (no stage 1 or 2),
+``both`` fuses that spoken ranking with the visual one; a page on which nothing was said is the
+visual answer unchanged.
 
 Evidence and the best moment (engine.moments). The evidence of a reranked candidate is its K'
 selected frames (chronological) with their frame-bank relevance, and its moment comes from the
@@ -32,6 +35,7 @@ import numpy as np
 from core.config import (
     Embedder,
     SearchMode,
+    Sources,
 )
 from engine.cache import FrameCache
 from engine.frames import FrameSource, FrameStats
@@ -46,6 +50,18 @@ from engine.moments import (
 from engine.refine import MomentRefiner
 from engine.relevance import NullSample, relevance
 from engine.request import InvalidRequest, SearcherConfig, SearchParams, resolve_request
+from engine.spoken import (
+    combined_relevance,
+    cue_clip,
+    cue_moment_preferred,
+    fuse,
+    fuse_clips,
+    fused_updates,
+    said_search,
+    split_clues,
+    spoken_hits,
+    spoken_page,
+)
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
 from models.selection import query_key
@@ -65,8 +81,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STAGES = (
-    "queue", "query_embed", "filter", "faiss", "frame", "selection", "decode", "heavy_queue", "encode", "head",
-    "moment",
+    "queue", "query_embed", "filter", "faiss", "spoken", "frame", "selection", "decode", "heavy_queue", "encode",
+    "head", "moment",
     "refine", "total",
 )  # fmt: skip
 STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
@@ -102,6 +118,7 @@ class SearchOutcome:
     cache_errors: int = 0
     store_errors: int = 0
     warnings: list[str] = field(default_factory=list)
+    sources: str = Sources.SEEN  # what the ranking is by (engine.spoken)
 
 
 @dataclass
@@ -112,7 +129,10 @@ class ClipHit:
     score: float  # the frame tier's score over the moment's frames (engine.tiers.frame)
     moment: tuple[float, float]
     evidence: list[EvidenceItem]
-    relevance: float | None = None  # engine.relevance of the moment's best frame
+    relevance: float | None = None  # engine.relevance of the moment's best frame (or its cue's coverage)
+    source: str = Sources.SEEN  # found by what is seen, said, or both (engine.spoken)
+    cue: dict | None = None  # the cue that matched it (said, both)
+    visual_relevance: float | None = None
 
 
 class _Clock:
@@ -301,12 +321,15 @@ class Searcher:
             hits=[],
             warnings=list(p.notes),
             offset=p.offset,
+            sources=p.sources,
         )
         clock = _Clock(result.timings_ms, deadline, cancelled)
 
+        # sources=both: "quoted phrases" are what is said, the rest what is seen (engine.spoken)
+        seen_text, said_text = split_clues(p.query) if p.sources == Sources.BOTH else (p.query, p.query)
         with clock.stage("query_embed"):
             images = None if p.image is None else [p.image]
-            q = self.encoder.embed_queries([p.query], images=images).float()  # [1, d]
+            q = self.encoder.embed_queries([seen_text], images=images).float()  # [1, d]
         q_np = q.numpy().astype(np.float32)
 
         allowed = None
@@ -321,14 +344,29 @@ class Searcher:
             result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
             return result
 
+        spoken, spoken_only = None, []
+        if p.sources == Sources.SAID:  # what is said alone: no stage 1, no stage 2
+            return said_search(self, p, q_np[0], allowed, result, clock, t_start)
         with clock.stage("faiss"):
             # this page's window of the ranking, and one more to know whether another page follows
             with self._faiss_lock:
                 found = self.index.search(q_np, p.offset + p.shortlist + 1, allowed_ids=allowed)[0]
         result.more = len(found) > p.offset + p.shortlist
-        found = found[p.offset : p.offset + p.shortlist]
+        shown = [v for v, _ in found[: p.offset]]
+        found = [(rank, v, s) for rank, (v, s) in enumerate(found, start=1)][
+            p.offset : p.offset + p.shortlist
+        ]
+        if p.sources == Sources.BOTH:
+            with clock.stage("spoken"):
+                spoken = spoken_page(self.index, said_text, offset=p.offset, size=p.shortlist, allowed=allowed,
+                                     shown=shown, visual_ids=[v for _, v, _ in found])  # fmt: skip
+            if spoken is not None:  # videos an earlier page showed through speech are not shown again
+                found = [f for f in found if f[1] not in spoken.earlier]
+                result.more = result.more or spoken.more
+                spoken_only = spoken_hits(self, spoken, {v for _, v, _ in found}, q_np[0])
+                on_update = fused_updates(self, on_update, spoken, spoken_only, p, q_np[0])
         hits: list[Hit] = []
-        for rank, (video_id, score) in enumerate(found, start=p.offset + 1):
+        for rank, video_id, score in found:
             hits.append(
                 Hit(
                     video_id=video_id,
@@ -345,9 +383,9 @@ class Searcher:
             stats = RerankStats()
             try:
                 tier_request = TierRequest(
-                    query=p.query if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
+                    query=seen_text if p.image is None else None, q=q[0], frames=p.frames, seed=p.seed,
                     stats=stats, clock=clock, exit_threshold=p.exit_threshold, on_update=on_update,
-                    chunk=p.update_chunk, query_key=query_key(p.query, p.image),
+                    chunk=p.update_chunk, query_key=query_key(seen_text, p.image),
                 )  # fmt: skip
                 hits = self._cascade(p, tier_request, hits, result)
             finally:
@@ -356,13 +394,19 @@ class Searcher:
                 result.decoded_frames, result.cache_errors = f.decoded_frames, f.cache_errors
                 result.store_frames, result.store_errors = f.store_frames, f.store_errors
                 result.warnings += stats.warnings
+        if spoken is not None:
+            with clock.stage("spoken"):
+                hits = fuse(hits, spoken_only, spoken, rule=self.config.fusion, offset=p.offset,
+                            relevance_of=lambda h: self._visual_relevance(q_np[0], h))  # fmt: skip
         if p.group_by == "clip":
             with clock.stage("moment"):
-                result.clips = [
-                    c
-                    for c in self._clips(p, q_np[0], hits)
-                    if p.min_score is None or c.relevance >= p.min_score
-                ][: p.top_k]
+                result.clips = self._clips(p, q_np[0], [h for h in hits if h.stage1_rank is not None])
+                if spoken is not None:
+                    result.clips = fuse_clips(result.clips, spoken, hits, rule=self.config.fusion,
+                                              make_clip=lambda h, cue: cue_clip(self, p, q_np[0], h, cue))  # fmt: skip
+                result.clips = [c for c in result.clips if p.min_score is None or c.relevance >= p.min_score][
+                    : p.top_k
+                ]
         with clock.stage("frame"):
             self._relevance(q_np[0], hits)
         if p.min_score is not None:  # on the relevance a user can read (engine.relevance), in every mode
@@ -374,6 +418,9 @@ class Searcher:
                     if hit.evidence is None:  # not re-encoded: the top-K' bank frames
                         self._bank_evidence(p, q_np[0], hit)
                     self._moment(q_np[0], hit)
+                    if cue_moment_preferred(hit):  # what was said matched it at least as well
+                        hit.moment, hit.moment_source = (hit.spoken.start_s, hit.spoken.end_s), "cue"
+                        hit.moment_run = None
                     hit.timeline = self._timeline(q_np[0], hit)
                 for clip in result.clips or []:  # a clip's video may lie outside the top videos
                     if clip.hit.timeline is None:
@@ -483,6 +530,12 @@ class Searcher:
         clips.sort(key=lambda c: (-c.score, c.hit.stage1_rank, c.moment[0]))
         return clips
 
+    def _visual_relevance(self, q_vec: np.ndarray, hit: Hit) -> float | None:
+        if hit.peak is None:
+            rel = bank_relevance(self.index, hit, q_vec)
+            hit.peak = float(rel.max()) if rel.size else None
+        return None if hit.peak is None else relevance(hit.peak, self._null(q_vec))
+
     def _null(self, q_vec: np.ndarray) -> float:
         if self.null_sample is None:  # drawn once per index, on first use
             self.null_sample = NullSample(self.index)
@@ -492,12 +545,9 @@ class Searcher:
         """Each hit's relevance (engine.relevance): its bank's peak against the collection's null."""
         if not hits:
             return
-        null = self._null(q_vec)
         for hit in hits:
-            if hit.peak is None:
-                rel = bank_relevance(self.index, hit, q_vec)
-                hit.peak = float(rel.max()) if rel.size else None
-            hit.relevance = None if hit.peak is None else relevance(hit.peak, null)
+            hit.visual_relevance = self._visual_relevance(q_vec, hit)
+            hit.relevance = combined_relevance(hit.visual_relevance, hit.spoken)
 
     def _bank_evidence(self, p: SearchParams, q_vec: np.ndarray, hit: Hit) -> None:
         """Evidence of a hit no heavy tier re-encoded: the top-K' frames of its bank by relevance,

@@ -104,6 +104,12 @@ class BuildOptions:
     workers: int = INDEX_DECODE_WORKERS
     seed: int = 0
     retry_failed: bool = False
+    # what is said (indexer.subtitles): sidecar .srt/.vtt files and embedded subtitle streams
+    subtitles: bool = True
+    # speech recognition for videos without subtitles: an indexer.subtitles.AsrHook, or its spec
+    # ("cues:FILE", "faster-whisper:MODEL_DIR", "module:attr"); None: none
+    asr: object = None
+    asr_always: bool = False  # run the hook for videos that have subtitles too
     # where decoding and embedding run
     backend: str = "local"  # local | ray
     ray_address: str | None = None  # None: start a Ray runtime for this build
@@ -125,6 +131,8 @@ class BuildOptions:
             self.ray_address or self.ray_embedders or self.ray_gpus_per_embedder is not None
         ):
             raise OptionsError("--address, --ray-embedders and --ray-gpus-per-embedder need --backend ray")
+        if self.asr_always and self.asr is None:
+            raise OptionsError("--asr-always needs --asr")
         if self.ray_embedders is not None and self.ray_embedders < 1:
             raise OptionsError("--ray-embedders must be at least 1")
         if self.ray_gpus_per_embedder is not None and not self.ray_gpus_per_embedder >= 0:
@@ -139,6 +147,18 @@ class BuildOptions:
 
     def resolved_embedder(self) -> Embedder:
         return Embedder(self.embedder or (Embedder.QASLR if self.head_dir else Embedder.ONESHOT))
+
+    def track_options(self):
+        """What the build reads as text tracks (None: nothing; ConfigurationError for an ASR spec
+        that cannot load)."""
+        from indexer.subtitles import TrackOptions, load_asr_hook
+
+        hook = load_asr_hook(self.asr) if isinstance(self.asr, str) else self.asr
+        if not self.subtitles and hook is None:
+            return None
+        return TrackOptions(
+            sidecars=self.subtitles, embedded=self.subtitles, asr=hook, asr_always=self.asr_always
+        )
 
 
 class Progress(Protocol):
@@ -182,6 +202,11 @@ class BuildReport:
         return self.stats.stopped
 
     @property
+    def warnings(self) -> list[str]:
+        """What the run read but could not use: text tracks with a problem (the videos were indexed)."""
+        return list(self.stats.track_warnings)
+
+    @property
     def has_failures(self) -> bool:
         """A video failed in this run, or a failed one was skipped (recorded by an earlier run)."""
         return bool(self.stats.failed or self.stats.failed_before)
@@ -211,6 +236,7 @@ class BuildJob:
         head_dir: str | os.PathLike | None,
         add: bool,
     ):
+        from core.errors import ConfigurationError
         from indexer.assembly import encoder_for
         from indexer.pipeline import Builder, BuilderOptions
 
@@ -218,6 +244,7 @@ class BuildJob:
         self._model, self._head_dir = model, head_dir
         m = writer.manifest
         try:
+            track_options = options.track_options()
             encoder = encoder_for(m, loaded.backbone, loaded.head, clip_batch_size=options.clip_batch)
             self.builder: Builder = Builder(
                 writer,
@@ -232,9 +259,10 @@ class BuildJob:
                     retry_failed=options.retry_failed,
                     faiss_factory=None if add else options.faiss_factory,
                     faiss_exact_max=options.faiss_exact_max if add else None,
+                    text_tracks=track_options,
                 ),
             )
-        except ValueError:  # head and backbone sizes disagree
+        except (ValueError, ConfigurationError):  # head and backbone sizes disagree; an ASR spec
             writer.close()
             raise
 
@@ -359,6 +387,17 @@ def existing_frame_store(index_dir: str | os.PathLike) -> str | None:
         return None
 
 
+def _with_asr_hook(options: BuildOptions) -> BuildOptions:
+    """``options`` with an ASR spec loaded into its hook (ConfigurationError before anything is written)."""
+    if not isinstance(options.asr, str):
+        return options
+    import dataclasses
+
+    from indexer.subtitles import load_asr_hook
+
+    return dataclasses.replace(options, asr=load_asr_hook(options.asr))
+
+
 def prepare_build(
     source: Source, index_dir: str | os.PathLike, options: BuildOptions = BuildOptions()
 ) -> BuildJob:
@@ -376,6 +415,7 @@ def prepare_build(
             "--embedder qaslr needs a streaming head: pass --head DIR (or use --embedder oneshot)"
         )
     options.check(build=True)
+    options = _with_asr_hook(options)
     items = _items(source)
     if not items:
         logger.warning("no videos found in %s", source)
@@ -404,6 +444,7 @@ def prepare_add(
     from indexer.store import IndexWriter, read_manifest
 
     options.check(build=False)
+    options = _with_asr_hook(options)
     manifest = read_manifest(index_dir)
     if manifest.uses_head and not options.head_dir:
         raise ConfigurationError(

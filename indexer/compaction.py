@@ -16,7 +16,9 @@ freed pages. Compaction, one step at a time, each step crash-safe:
 3. **FAISS.** Rebuilt from the stored embeddings (exactly the indexed videos) with the index type the
    corpus size calls for (the thresholds of `indexer build`, unless a type was forced), written with
    one rename.
-4. **SQLite.** VACUUM (atomic in SQLite) rewrites ``meta.sqlite`` without free pages.
+4. **Cues.** The FTS5 index over the cues is rebuilt from them when it lags them (``indexer
+   verify`` says so), else its segments are merged (FTS5 ``optimize``), in one transaction.
+5. **SQLite.** VACUUM (atomic in SQLite) rewrites ``meta.sqlite`` without free pages.
 
 Embeddings, frame-bank values and ids are unchanged, so search answers are the same. A running API
 keeps its index open: reload it afterwards (SIGHUP or ``POST /admin/reload-index``), as after
@@ -53,6 +55,7 @@ class CompactReport:
     previews_deleted: int = 0
     faiss_factory: str = ""
     faiss_switched_from: str | None = None
+    cue_index: str = ""  # what was done to the cues' FTS5 index: "optimize" or "rebuild"
     details: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -64,6 +67,7 @@ class CompactReport:
             f"browser previews: {self.previews_deleted} unreferenced deleted",
             f"FAISS: {self.faiss_factory}"
             + (f" (switched from {self.faiss_switched_from})" if self.faiss_switched_from else " (rebuilt)"),
+            f"cue index: {self.cue_index or 'none'}",
             f"size: {self.bytes_before / 1e6:.2f} MB -> {self.bytes_after / 1e6:.2f} MB",
         ]
         return "\n".join(lines)
@@ -91,6 +95,7 @@ def compact(writer: IndexWriter, *, exact_max: int = fx.EXACT_MAX_VECTORS) -> Co
         report.faiss_switched_from = current
     writer.finalize(factory=switch or current, rebuild=True)
     report.faiss_factory = writer.manifest.faiss_factory
+    report.cue_index = writer.db.maintain_cue_index()
     writer.db.vacuum()
     report.bytes_after = directory_bytes(directory)
     return report

@@ -17,6 +17,7 @@ from core.config import INDEX_BANK_CHUNK, FrameStore
 from core.errors import describe, strip_paths, summarize
 from indexer.sources import SourceItem, source_stat
 from indexer.store.frames import EncodedFrames, encode_frames
+from indexer.subtitles.tracks import TrackOptions, read_text_tracks, sidecar_signature, sidecars_of
 from indexer.video import (
     VideoError,
     VideoInfo,
@@ -64,6 +65,9 @@ class Decoded:
     source_stat: str | None = None
     stored: object = None  # indexer.store.frames.EncodedFrames of the candidate frames (frame store)
     store_seconds: float = 0.0
+    tracks: list | None = None  # indexer.subtitles.TextTrack s (None: not read)
+    tracks_stat: str | None = None  # the sidecar signature they were read with
+    tracks_seconds: float = 0.0
     gauge: FrameGauge | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -144,9 +148,12 @@ def decode_video(
     frame_store: str = FrameStore.NONE,
     bank_chunk: int = INDEX_BANK_CHUNK,
     gauge: FrameGauge | None = None,
+    text_tracks: TrackOptions | None = None,
 ) -> Decoded:
     """Probe and decode one video (runs in the decode pool). Never raises for bad input. A video with
-    more than ``bank_chunk`` candidate frames decodes only its K frames here (its bank: :func:`bank_chunks`)."""
+    more than ``bank_chunk`` candidate frames decodes only its K frames here (its bank: :func:`bank_chunks`).
+    With ``text_tracks``, its subtitles (and speech recognition) are read too (:mod:`indexer.subtitles`):
+    a track that cannot be read is reported in ``tracks``, never a failure of the video."""
     from models.selection import uniform_indices
 
     start = time.perf_counter()
@@ -174,6 +181,11 @@ def decode_video(
             t = time.perf_counter()
             out.stored = encode_frames(out.frames[out.candidates], frame_store)
             out.store_seconds = time.perf_counter() - t
+        if text_tracks is not None:
+            t = time.perf_counter()
+            out.tracks_stat = sidecar_signature(sidecars_of(item) if text_tracks.sidecars else [])
+            out.tracks = read_text_tracks(item, duration_s=info.duration_s, options=text_tracks)
+            out.tracks_seconds = time.perf_counter() - t
     except VideoError as exc:
         out.error = strip_paths(summarize(exc))  # reasons are shown to API clients: no paths
     except Exception as exc:  # noqa: BLE001 - unreadable file, decoder crash: recorded, never fatal

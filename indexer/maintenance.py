@@ -6,8 +6,9 @@ FAISS vector and every FAISS id to an indexed video, that the FAISS dimension ma
 frame-bank file exists, loads as float16 [rows, d] and covers its videos' rows, that frame indices lie
 inside their videos, that stored embeddings are finite and unit-norm, that each frame-store file parses,
 covers its videos' rows at their working size and that every stored frame has its CRC-32 (the first
-frame of each file is decoded), and (optionally) that source files still have the fingerprint they
-were indexed with. Nothing is modified.
+frame of each file is decoded), that every cue belongs to an indexed video and one of its text
+tracks, lies inside it and is in the cue index (FTS5), and (optionally) that source files still have
+the fingerprint they were indexed with. Nothing is modified.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def index_stats(directory: str | Path) -> dict:
     try:
         by_status = db.status_summary()
         reasons = Counter(_reason_class(e) for e in db.failure_reasons())
+        text_tracks = db.text_track_summary()
     except sqlite3.DatabaseError as exc:
         raise IndexFormatError(f"{METADATA} is not a readable SQLite database: {summarize(exc)}") from exc
     finally:
@@ -103,6 +105,9 @@ def index_stats(directory: str | Path) -> dict:
             "bytes_per_hour": per_hour(store_bytes),
         },
         "failure_reasons": dict(reasons.most_common()),
+        # what is said: cues per track kind, languages, the tracks that could not be read (None: an
+        # index written before text tracks)
+        "text_tracks": text_tracks,
         "bytes": {
             "total": sum(files.values()),
             "faiss": files.get(FAISS_FILE, 0),
@@ -131,12 +136,13 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
     if not (directory / METADATA).is_file():
         rep.errors.append(f"{METADATA} not found")
         return rep
-    integrity, rows = "ok", []
+    integrity, rows, cue_problems = "ok", [], {}
     try:
         db = _open_db(directory)
         try:
             integrity = db.integrity_check()
             rows = db.verify_rows()
+            cue_problems = db.cue_problems()
         finally:
             db.close()
     except (sqlite3.DatabaseError, IndexFormatError) as exc:
@@ -216,6 +222,7 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
             if f"{folder}/{f.name}" not in referenced:
                 rep.warnings.append(f"{folder}/{f.name} is not referenced (left by an interrupted write)")
 
+    _check_cues(cue_problems, rep)
     _check_previews(directory, indexed, rep)
     if check_sources:
         changed = []
@@ -239,6 +246,31 @@ def verify_index(directory: str | Path, *, check_sources: bool = False) -> Verif
         frames_files=len(stored),
     )
     return rep
+
+
+_CUE_PROBLEMS = {
+    "orphan_cues": "cues belong to no indexed video",
+    "orphan_tracks": "text tracks belong to no indexed video",
+    "bad_times": "cues have a negative start or end before their start",
+    "past_the_end": "cues end more than 1 s after their video",
+    "track_counts": "text tracks record another number of cues than they have",
+    "cues_without_track": "cues belong to no text track of their video",
+}
+
+
+def _check_cues(problems: dict[str, int], rep: VerifyReport) -> None:
+    """The cue tables (empty ``problems``: an index written before them, nothing to check)."""
+    for key, what in _CUE_PROBLEMS.items():
+        if problems.get(key):
+            rep.errors.append(f"{METADATA}: {problems[key]} {what}")
+    lag = problems.get("fts_missing", 0) + problems.get("fts_extra", 0)
+    if lag:
+        rep.errors.append(
+            f"{METADATA}: the cue index (FTS5) is out of step with the cues ({problems.get('fts_missing', 0)} "
+            f"missing, {problems.get('fts_extra', 0)} extra); `indexer compact` rebuilds it"
+        )
+    if problems:
+        rep.checked["cue_index"] = "checked"
 
 
 def _check_previews(directory: Path, indexed: list, rep: VerifyReport) -> None:

@@ -18,7 +18,13 @@ Per video (docs/architecture.md, "Building an index"; paper §3.2, §A.4):
     embed the C frames as images        Backbone.embed_images, batched across the group, float16
     keep the C frames' pixels           indexer.store.frames.encode_frames (the frame store, when the
                                         index keeps one: encoded in the decode pool, at the working size)
+    read its text tracks                indexer.subtitles.read_text_tracks (sidecars, embedded streams,
+                                        the ASR hook; in the decode pool; never fails the video)
     commit the group                    indexer.store.IndexWriter.commit (the crash-safe point)
+
+A video already in the index whose sidecar subtitle files changed (or whose text tracks were never
+read: an index built before them) has only its text tracks read again and replaced (:meth:`Builder.retrack`),
+without decoding or embedding it.
 
 Batches are fixed chunks of the source list (in its stable order) minus the videos already in the
 index, so a resumed build runs the same batches as an uninterrupted one and writes the same bytes.
@@ -53,6 +59,14 @@ from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.store.faiss_index import automatic_switch
 from indexer.store.format import STATUS_FAILED, STATUS_INDEXED
 from indexer.store.frames import EncodedFrames
+from indexer.subtitles.tracks import (
+    KIND_SIDECAR,
+    TrackOptions,
+    read_text_tracks,
+    sidecar_signature,
+    sidecars_of,
+    track_warnings,
+)
 from indexer.video import (
     file_fingerprint,
 )
@@ -75,6 +89,7 @@ class BuilderOptions:
     # with no faiss_factory: switch an automatically chosen FAISS type when the corpus has crossed this
     # size (None: never switch; `indexer add` passes core.config.FAISS_EXACT_MAX_VECTORS)
     faiss_exact_max: int | None = None
+    text_tracks: TrackOptions | None = field(default_factory=TrackOptions)  # None: read no subtitles
 
 
 @dataclass
@@ -95,6 +110,7 @@ class BuildStats:
             "encode": 0.0,
             "bank": 0.0,
             "store": 0.0,
+            "tracks": 0.0,
             "write": 0.0,
         }
     )
@@ -103,6 +119,11 @@ class BuildStats:
     stopped: bool = False  # asked to stop (should_stop) before every batch was done
     stored_bytes: int = 0  # frame-store bytes written by this run
     faiss_switched_from: str | None = None  # the FAISS type the index had before this run switched it
+    text_tracks: int = 0  # tracks read (sidecar files, embedded streams, speech recognition)
+    cues: int = 0  # cues they gave
+    videos_with_cues: int = 0
+    retracked: int = 0  # videos already indexed whose text tracks alone were read again
+    track_warnings: list = field(default_factory=list)  # "id: kind track 'name': problem"
 
     def merge(self, part: BuildStats) -> None:
         """Add what one batch processed elsewhere (a Ray actor) counted: videos, frames, model time."""
@@ -114,8 +135,24 @@ class BuildStats:
         self.peak_frames_in_memory = max(self.peak_frames_in_memory, part.peak_frames_in_memory)
         self.stored_bytes += part.stored_bytes
         self.failures.extend(part.failures)
-        for key in ("decode", "encode", "bank", "store"):
-            self.seconds[key] += part.seconds[key]
+        self.text_tracks += part.text_tracks
+        self.cues += part.cues
+        self.videos_with_cues += part.videos_with_cues
+        self.track_warnings.extend(part.track_warnings)
+        for key in ("decode", "encode", "bank", "store", "tracks"):
+            self.seconds[key] += part.seconds.get(key, 0.0)
+
+    def count_tracks(self, video_id: str, tracks: list | None) -> None:
+        """Count one video's text tracks, and report those that have a problem."""
+        if tracks is None:
+            return
+        self.text_tracks += len(tracks)
+        cues = sum(len(t.cues) for t in tracks)
+        self.cues += cues
+        self.videos_with_cues += cues > 0
+        for line in track_warnings(video_id, tracks):
+            logger.warning("subtitles: %s", line)
+            self.track_warnings.append(line)
 
     def summary(self) -> str:
         s = self.seconds
@@ -134,6 +171,20 @@ class BuildStats:
                 f"throughput: {self.indexed / self.wall_s:.2f} videos/s, {self.frames_decoded / self.wall_s:.1f} frames/s, "
                 f"{self.video_s / 60 / self.wall_s * 60:.1f} video-minutes/min"
             )
+        if self.text_tracks or self.retracked:
+            lines.append(
+                f"text tracks: {self.cues} cues from {self.text_tracks} tracks of {self.videos_with_cues} "
+                f"videos ({s.get('tracks', 0.0):.1f}s); {len(self.track_warnings)} with a problem"
+                + (
+                    f"; {self.retracked} indexed videos had their text tracks read again"
+                    if self.retracked
+                    else ""
+                )
+            )
+            for line in self.track_warnings[:20]:
+                lines.append(f"  subtitles: {line}")
+            if len(self.track_warnings) > 20:
+                lines.append(f"  ... and {len(self.track_warnings) - 20} more (see `indexer stats`)")
         if self.faiss_switched_from:
             lines.append(
                 f"FAISS: switched from {self.faiss_switched_from} (the corpus crossed the thresholds)"
@@ -182,6 +233,7 @@ class Builder:
             bank_max=self.options.bank_max_frames,
             frame_store=m.frame_store,
             bank_chunk=self.options.bank_chunk,
+            text_tracks=self.options.text_tracks,
         )
 
     def plan(self, items: Sequence[SourceItem], stats: BuildStats) -> list[list[SourceItem]]:
@@ -202,7 +254,41 @@ class Builder:
             else:
                 logger.info("%s changed on disk since it was indexed; re-indexing it", it.id)
         stats.skipped = len(done)
+        self._retrack = self._tracks_to_read(items, done)
         return plan_batches(items, done, max(1, self.options.batch_videos))
+
+    def _tracks_to_read(self, items: Sequence[SourceItem], done: set[str]) -> list[tuple]:
+        """Indexed, unchanged videos whose text tracks must be read again: (item, duration, whole,
+        signature); ``whole``: never read (every kind), else only their sidecar files changed."""
+        options = self.options.text_tracks
+        if options is None:
+            return []
+        known = self.writer.tracks_stats()
+        todo = []
+        for it in items:
+            if it.id not in done or it.id not in known:
+                continue
+            stored, duration = known[it.id]
+            signature = sidecar_signature(sidecars_of(it) if options.sidecars else [])
+            if stored is None or stored != signature:
+                todo.append((it, duration, stored is None, signature))
+        return todo
+
+    def retrack(self, stats: BuildStats) -> None:
+        """Read and replace the text tracks :meth:`plan` found out of date (one transaction each)."""
+        options = self.options.text_tracks
+        for it, duration, whole, signature in getattr(self, "_retrack", []):
+            t = time.perf_counter()
+            if whole:
+                tracks = read_text_tracks(it, duration_s=duration, options=options)
+            else:  # the sidecars changed: they alone are read again (embedded streams did not)
+                tracks = read_text_tracks(it, duration_s=duration, options=options, embedded=False)
+                tracks = [tr for tr in tracks if tr.kind == KIND_SIDECAR]
+            stats.seconds["tracks"] += time.perf_counter() - t
+            kinds = None if whole else [KIND_SIDECAR]
+            self.writer.replace_tracks(it.id, tracks, kinds=kinds, tracks_stat=signature)
+            stats.count_tracks(it.id, tracks)
+            stats.retracked += 1
 
     def run(
         self,
@@ -232,6 +318,8 @@ class Builder:
         stats.seconds["workers"] = opts.workers
         stop = should_stop or (lambda: False)
         results = (batch_source or self.local_batches)(batches)
+        if not stop():
+            self.retrack(stats)
         try:
             for result in [] if batches and stop() else results:
                 stats.merge(result.stats)
@@ -311,8 +399,11 @@ class Builder:
                     waited = time.perf_counter() - t
                     fill()  # keep the pool busy while the model works on this batch
                     part = BuildStats()
-                    part.seconds["decode"] += sum(d.seconds - d.store_seconds for d in decoded)
+                    part.seconds["decode"] += sum(
+                        d.seconds - d.store_seconds - d.tracks_seconds for d in decoded
+                    )
                     part.seconds["store"] += sum(d.store_seconds for d in decoded)
+                    part.seconds["tracks"] += sum(d.tracks_seconds for d in decoded)
                     frames = sum(d.decoded_frames for d in decoded)
                     entries = batch_encoder.process(decoded, part)
                     part.peak_frames_in_memory = gauge.peak
@@ -403,8 +494,11 @@ class BatchEncoder:
                     bank_embeddings=banks[id(d)],
                     source_stat=d.source_stat,
                     stored_frames=d.stored,
+                    tracks=d.tracks,
+                    tracks_stat=d.tracks_stat,
                 )
             )
+            stats.count_tracks(d.item.id, d.tracks)
             if d.stored is not None:
                 stats.stored_bytes += d.stored.nbytes
             d.drop_frames()  # free the pixels early

@@ -12,6 +12,7 @@ benchmark command that the page names beside each table:
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
     docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
     docs/bench/first_query.json     benchmarks/bench_first_query.py --json ... (a fresh server's first query)
+    docs/bench/hybrid.json          benchmarks/bench_hybrid.py --json ...    (what is seen, said or both)
 
 A missing file leaves its section out. Re-run a benchmark with ``--json docs/bench/NAME.json``, then
 this script, and commit both.
@@ -224,6 +225,61 @@ def quality_section(data: dict, title: str = "Retrieval quality in the shapes wo
     return out
 
 
+HYBRID_KINDS = {
+    "said": "said only (the answer is in the subtitles)",
+    "seen": "seen only (the answer is in the pixels)",
+    "both": "two clues, one said and one seen",
+    "quoted": "two clues, the said one quoted",
+}
+
+
+def hybrid_section(data: dict) -> list[str]:
+    """benchmarks/bench_hybrid.py: search by what is seen, said or both."""
+    args = data.get("args", {})
+    per_seed = data["per_seed"]
+    seeds = list(per_seed)
+    first = per_seed[seeds[0]]
+    out = [
+        "## What is seen, what is said, or both",
+        "",
+        f"`{_command(data, 'benchmarks/bench_hybrid.py')}` — per seed {first.get('videos', '?')} world videos of "
+        f"{float(args.get('min_s', 30)):.0f}-{float(args.get('max_s', 45)):.0f} s ({args.get('videos', '?')} single-event, "
+        f"{args.get('order_pairs', '?')} mirror pairs) with generated subtitle tracks (even videos: sidecar .srt "
+        "with a BOM and CRLF or .vtt with cue settings; odd videos: a SubRip stream embedded in Matroska), "
+        f"K = K' = {args.get('frames', 32)}, R = {args.get('shortlist', 10)}, seeds {', '.join(seeds)}; mean ± std "
+        f"over the seeds; {float(data.get('minutes', 0)):.0f} min on 2 cores. The fusion rule and its weight were "
+        "chosen on seeds 10 and 11. *Moment IoU* is the temporal IoU of the top-1's moment with the cue that "
+        "holds the answer (a wrong top-1 counts 0); *p50 ms* is the whole query, *spoken ms* the FTS5 ranking "
+        "and its fusion.",
+        "",
+        "| queries | sources | Hit@1 % | Hit@5 % | moment IoU with the cue | p50 ms | spoken ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind, label in HYBRID_KINDS.items():
+        if kind not in first:
+            continue
+        for mode in first[kind]:
+            rows = [per_seed[s][kind][mode] for s in seeds]
+            iou = _mean_std([r.get("iou", float("nan")) for r in rows], False) if kind == "said" else "–"
+            out.append(
+                f"| {label} ({rows[0].get('queries', '?')}) | {mode} | {_mean_std([r['hit@1'] for r in rows], True)} | "
+                f"{_mean_std([r['hit@5'] for r in rows], True)} | {iou} | "
+                f"{_mean_std([r['ms'] for r in rows], False)} | {_mean_std([r['spoken_ms'] for r in rows], False)} |"
+            )
+    out.append("")
+    for mode, checks in (data.get("criteria") or {}).items():
+        out.append(
+            f"Issue 25's criteria, {mode}: "
+            + "; ".join(f"{k}: {'yes' if v else '**no**'}" for k, v in checks.items())
+            + "."
+        )
+        out.append("")
+    env = _environment(data)
+    if env:
+        out += [f"Environment: {env}.", ""]
+    return out
+
+
 def faiss_section(data: dict) -> list[str]:
     meta = data.get("meta", {})
     out = [
@@ -328,6 +384,9 @@ def results_page() -> str:
         data = _load(name)
         if data:
             out += generic_section(title, script, data)
+    hybrid = _load("hybrid.json")
+    if hybrid:
+        out += hybrid_section(hybrid)
     faiss = _load("faiss_types_1m.json")
     if faiss:
         out += faiss_section(faiss)

@@ -10,10 +10,33 @@ from service.schemas import (
     Moment,
     SearchResponse,
     SearchResult,
+    Spoken,
     Timeline,
     TimelinePoint,
     Timings,
 )
+
+
+def _spoken(match, cue=None) -> Spoken | None:
+    """The cue that matched: a video's best (``match``), or with ``cue`` one of its cues (a clip)."""
+    if match is None:
+        return None
+    if cue is None:
+        text, snippet, highlights, start, end = (
+            match.text,
+            match.snippet,
+            match.highlights,
+            match.start_s,
+            match.end_s,
+        )
+        score, coverage = match.score, match.coverage
+    else:
+        text, snippet, highlights = cue["text"], cue.get("snippet", cue["text"]), cue.get("highlights", [])
+        start, end, score, coverage = cue["start_s"], cue["end_s"], -cue["bm25"], cue.get("coverage", 0.0)
+    return Spoken(
+        text=text, snippet=snippet or text, highlights=list(highlights), start_s=start, end_s=end,
+        rank=match.rank, score=score, coverage=coverage,
+    )  # fmt: skip
 
 
 def to_result(hit, clip=None) -> SearchResult:
@@ -25,7 +48,11 @@ def to_result(hit, clip=None) -> SearchResult:
                 EvidenceFrame(frame_index=e.frame_index, timestamp_s=e.timestamp_s, relevance=e.relevance)
                 for e in clip.evidence
             ],
-            moment=Moment(start_s=clip.moment[0], end_s=clip.moment[1], source="relevance"),
+            moment=Moment(
+                start_s=clip.moment[0],
+                end_s=clip.moment[1],
+                source="cue" if getattr(clip, "source", "seen") == "said" else "relevance",
+            ),
         )
     elif hit.evidence is not None:
         evidence = Evidence(
@@ -59,7 +86,11 @@ def to_result(hit, clip=None) -> SearchResult:
         timeline=timeline,
         tier=hit.tier,
         relevance=clip.relevance if clip is not None else hit.relevance,
-    )
+        source=getattr(clip if clip is not None else hit, "source", "seen"),
+        spoken=_spoken(hit.spoken, clip.cue) if clip is not None and clip.cue else
+        None if clip is not None else _spoken(getattr(hit, "spoken", None)),
+        seen_score=None if clip is not None else getattr(hit, "seen_score", None),
+    )  # fmt: skip
 
 
 def to_response(result, request_id: str, *, cache_backend: str, digest: str | None = None) -> SearchResponse:
@@ -91,6 +122,7 @@ def to_response(result, request_id: str, *, cache_backend: str, digest: str | No
         ),
         warnings=result.warnings,
         group_by="clip" if result.clips is not None else "video",
+        sources=getattr(result, "sources", "seen"),
         page_start=result.offset + 1,
         next_page_token=next_token,
     )

@@ -28,6 +28,7 @@ from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 from core.config import (
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
+    DEFAULT_SOURCES,
     DEFAULT_TOP_K,
     MAX_FILTER_FIELDS,
     MAX_FILTER_KEY_CHARS,
@@ -42,6 +43,7 @@ from core.config import (
     QUERY_BLANKS,
     QUERY_PATTERN,
     SearchMode,
+    Sources,
 )
 from service.images import MAX_IMAGE_BYTES
 from service.paging import PAGE_TOKEN_PATTERN
@@ -233,6 +235,14 @@ class SearchRequest(BaseModel):
         description="`video`: one result per video; `clip`: moments, several per video allowed, scored by "
         "their frames' relevance and ranked across the page's candidates",
     )
+    sources: Sources = Field(
+        DEFAULT_SOURCES,
+        description="what to rank by: `seen`, the frames (stage 1 and the cascade); `said`, the videos' subtitle "
+        'cues (SQLite FTS5, BM25; words are alternatives, `"quoted phrases"` must be said in order); `both`, '
+        "the two fused (the server's QASLR_FUSION: by default the better of the two relevances plus a third of "
+        "the other); in `both`, quoted phrases are what is said and the words outside them what is seen. `both` "
+        "is the default: on an index without subtitles, or a page no cue matches, it answers what `seen` does",
+    )
     page_token: StrictStr | None = Field(
         None,
         pattern=PAGE_TOKEN_PATTERN,
@@ -274,10 +284,31 @@ class EvidenceFrame(BaseModel):
 class Moment(BaseModel):
     start_s: float
     end_s: float
-    source: Literal["relevance", "refined"] = Field(
+    source: Literal["relevance", "refined", "cue"] = Field(
         ...,
         description="`relevance`: the run of frame-bank frames around the relevance peak (edges half-way "
-        "to the bank frames outside); `refined`: the same, its edges moved to the source's frame rate",
+        "to the bank frames outside); `refined`: the same, its edges moved to the source's frame rate; `cue`: "
+        "the times of the subtitle cue that matched (a result found by what is said, whose cue matched it at "
+        "least as well as its frames)",
+    )
+
+
+class Spoken(BaseModel):
+    """What was said: the subtitle cue that matched the query."""
+
+    text: str = Field(..., description="the cue's text (markup stripped)")
+    snippet: str = Field(..., description="the cue around the matched words (FTS5 snippet; `…` where cut)")
+    highlights: list[tuple[int, int]] = Field(
+        default_factory=list, description="[start, end) character ranges of the matched words in `snippet`"
+    )
+    start_s: float
+    end_s: float
+    rank: int = Field(..., description="the video's rank by what is said (its best cue's BM25)")
+    score: float = Field(..., description="the cue's BM25 score (higher is better)")
+    coverage: float = Field(
+        ...,
+        description="the share of the query's words and phrases the cue says, weighted by their rarity "
+        "among the index's cues (0..1; 1: every word)",
     )
 
 
@@ -307,9 +338,26 @@ class SearchResult(BaseModel):
     """One video in a search answer (the searcher's internal result is ``SearchOutcome``)."""
 
     video_id: str
-    score: float = Field(..., description="final score: s_ij = q·v_ij after rerank, else stage-1 q·v_j")
+    score: float = Field(
+        ...,
+        description="final score: s_ij = q·v_ij after rerank, else stage-1 q·v_j; when what was said is fused "
+        "in (a page with a spoken match), the fused score (QASLR_FUSION relevance: max(seen, said) + 1/3 "
+        "min(seen, said) over the two relevances; rrf: 1/(60 + seen rank) + 1/(60 + said rank)); with "
+        "sources=said, the cue's BM25",
+    )
     stage1_score: float
-    stage1_rank: int = Field(..., description="1-based rank in the stage-1 list")
+    stage1_rank: int | None = Field(
+        ..., description="1-based rank in the stage-1 list; null for a video found only by what is said"
+    )
+    source: Sources = Field(
+        Sources.SEEN,
+        description="which ranking found it: `seen` (its frames), `said` (its subtitles), `both`",
+    )
+    spoken: Spoken | None = Field(None, description="the cue that matched (source said or both)")
+    seen_score: float | None = Field(
+        None,
+        description="when fused: the visual score it had before fusion (what `score` is with sources=seen)",
+    )
     reranked: bool = Field(..., description="false when stage 2 did not run for this candidate")
     clips_used: int | None = Field(
         None,
@@ -340,6 +388,7 @@ class Timings(BaseModel):
     query_embed: float = 0.0
     filter: float = 0.0
     faiss: float = 0.0
+    spoken: float = Field(0.0, description="the spoken ranking (FTS5 over the cues) and its fusion")
     frame: float = 0.0
     selection: float = 0.0
     decode: float = 0.0
@@ -427,6 +476,7 @@ class SearchResponse(BaseModel):
     cache: CacheStats
     warnings: list[str] = Field(default_factory=list)
     group_by: Literal["video", "clip"] = "video"
+    sources: Sources = Field(DEFAULT_SOURCES, description="what the ranking is by (seen, said, both)")
     page_start: int = Field(1, description="stage-1 rank of this page's first candidate")
     next_page_token: str | None = Field(
         None, description="send as `page_token` (with the same request) for the next stage-1 window"

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.config import MAX_SHORTLIST, FrameAggregate, TextConditioning
+from core.config import MAX_SHORTLIST, FrameAggregate, Fusion, TextConditioning
 from engine.config import EngineConfig
 
 _E = EngineConfig()  # the engine's defaults
@@ -101,6 +101,11 @@ class Settings(BaseSettings):
         description="with batching: threads running batched encodes (0 = one on a GPU; on a CPU, the cores "
         "torch's own threads leave)",
     )  # fmt: skip
+    fusion: Fusion = Field(
+        _E.fusion,
+        description="how sources=both fuses what is seen with what is said: relevance (the better of the two "
+        "0..1 relevances plus a third of the other) or rrf (reciprocal rank fusion, k=60); engine.spoken",
+    )
     request_timeout_s: float = Field(30.0, gt=0, description="per-request deadline (503 after it)")
     warm_up: bool = Field(
         True,

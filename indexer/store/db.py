@@ -4,10 +4,13 @@ Rows are read by column name (``sqlite3.Row``), never by position. Table ``video
 per source video, indexed *and* failed: stable id, FAISS id, path, content fingerprint, fps, frame
 count, duration, size, user metadata (JSON), status, error, the final embedding (float32 bytes),
 the frame-bank location (file, row offset, row count), the candidate frame indices (int64 bytes),
-the commit sequence, the time it was indexed, the source file's ``size:mtime_ns``, and the
-frame-store location of the bank frames' pixels (file and first row; NULL when not kept). Table
-``state`` holds counters (``next_faiss_id``, ``commit_seq``). A batch becomes part of the index in
-one transaction (:meth:`MetadataStore.commit_rows`).
+the commit sequence, the time it was indexed, the source file's ``size:mtime_ns``, the
+frame-store location of the bank frames' pixels (file and first row; NULL when not kept), and the
+signature of the sidecar subtitle files its text tracks were read from (``tracks_stat``; NULL:
+never read). Table ``state`` holds counters (``next_faiss_id``, ``commit_seq``). A batch becomes
+part of the index in one transaction (:meth:`MetadataStore.commit_rows`), its text tracks with it:
+tables ``text_tracks`` (per track of a video), ``cues`` (per cue) and ``cues_fts`` (FTS5 over the
+cues' text, external content kept in step by triggers); see docs/architecture.md, "What is said".
 """
 
 from __future__ import annotations
@@ -51,15 +54,50 @@ CREATE TABLE IF NOT EXISTS videos (
 CREATE INDEX IF NOT EXISTS videos_faiss ON videos(faiss_id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+# Tokens: Unicode words, diacritics folded, English endings stemmed (Porter): "harbours" finds "harbour".
+CUES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS text_tracks (
+    video_id TEXT NOT NULL,
+    track INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    language TEXT,
+    encoding TEXT,
+    cues INTEGER NOT NULL,
+    problem TEXT,
+    PRIMARY KEY (video_id, track)
+);
+CREATE TABLE IF NOT EXISTS cues (
+    id INTEGER PRIMARY KEY,
+    video_id TEXT NOT NULL,
+    track INTEGER NOT NULL,
+    start_s REAL NOT NULL,
+    end_s REAL NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cues_video ON cues(video_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS cues_fts USING fts5(
+    text, content='cues', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS cues_fts_insert AFTER INSERT ON cues BEGIN
+    INSERT INTO cues_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS cues_fts_delete AFTER DELETE ON cues BEGIN
+    INSERT INTO cues_fts(cues_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+"""
 
 COLUMNS = (
     "id", "faiss_id", "path", "fingerprint", "fps", "num_frames", "duration_s", "width", "height",
     "metadata", "status", "error", "embedding", "bank_file", "bank_offset", "bank_count",
     "frame_indices", "commit_seq", "indexed_at", "source_stat", "frames_file", "frames_offset",
+    "tracks_stat",
 )  # fmt: skip
 # columns added after format version 1 was first written (an older store gains them when a writer
 # opens it; readers of an older store see NULL)
 _ADDED_COLUMNS = {"frames_file": "TEXT", "frames_offset": "INTEGER"}
+_TRACK_COLUMNS = {"tracks_stat": "TEXT"}  # added with the text tracks
+MAX_CUE_MATCHES = 20_000  # cues a spoken search ranks at most (best BM25 first)
 _RECORD_COLUMNS = ", ".join(COLUMNS[:12])
 _INSERT = (
     f"INSERT OR REPLACE INTO videos ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
@@ -158,9 +196,11 @@ class MetadataStore:
         with self.conn:
             self.conn.executescript(SCHEMA)
             have = self._columns()
-            for name, kind in _ADDED_COLUMNS.items():
+            for name, kind in {**_ADDED_COLUMNS, **_TRACK_COLUMNS}.items():
                 if name not in have:
                     self.conn.execute(f"ALTER TABLE videos ADD COLUMN {name} {kind}")
+        with self.conn:
+            self.conn.executescript(CUES_SCHEMA)
 
     def _columns(self) -> set[str]:
         return {r["name"] for r in self.conn.execute("PRAGMA table_info(videos)")}
@@ -200,13 +240,18 @@ class MetadataStore:
         rows = self.conn.execute("SELECT id, fingerprint, status, source_stat FROM videos")
         return {r["id"]: (r["fingerprint"], r["status"], r["source_stat"]) for r in rows}
 
-    def commit_rows(self, rows: Sequence[dict], state: dict[str, int]) -> list[int]:
-        """One transaction: insert (or replace) ``rows`` (dicts keyed by :data:`COLUMNS`) and set the
-        ``state`` counters. Returns the FAISS ids the replaced rows had (they leave FAISS)."""
+    def commit_rows(
+        self, rows: Sequence[dict], state: dict[str, int], tracks: dict[str, Sequence] | None = None
+    ) -> list[int]:
+        """One transaction: insert (or replace) ``rows`` (dicts keyed by :data:`COLUMNS`), their text
+        tracks (``tracks``: video id -> ``indexer.subtitles.TextTrack`` s, replacing any the ids had)
+        and set the ``state`` counters. Returns the FAISS ids the replaced rows had (they leave FAISS)."""
         ids = [r["id"] for r in rows]
         with self.conn:
             old = [fid for fid in self._faiss_ids_of(ids).values() if fid >= 0]
+            self._delete_tracks(ids)  # a replaced row's text tracks leave with it
             self.conn.executemany(_INSERT, rows)
+            self._insert_tracks(tracks or {})
             self.conn.executemany(
                 "INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)",
                 [(k, str(v)) for k, v in state.items()],
@@ -225,8 +270,181 @@ class MetadataStore:
         """Delete videos by id in one transaction; returns id -> FAISS id of those that existed."""
         found = self._faiss_ids_of(ids)
         with self.conn:
+            self._delete_tracks(list(found))
             self.conn.executemany("DELETE FROM videos WHERE id = ?", [(i,) for i in found])
         return found
+
+    # -- text tracks and cues (the writer) -------------------------------------------------------
+    def _delete_tracks(self, ids: Sequence[str], kinds: Sequence[str] | None = None) -> None:
+        """Inside a transaction: the text tracks (of ``kinds``, default all) and cues of ``ids``."""
+        if kinds is None:
+            self.conn.executemany("DELETE FROM cues WHERE video_id = ?", [(i,) for i in ids])
+            self.conn.executemany("DELETE FROM text_tracks WHERE video_id = ?", [(i,) for i in ids])
+            return
+        marks = ",".join("?" * len(kinds))
+        for vid in ids:
+            self.conn.execute(
+                f"DELETE FROM cues WHERE video_id = ? AND track IN "
+                f"(SELECT track FROM text_tracks WHERE video_id = ? AND kind IN ({marks}))",
+                (vid, vid, *kinds),
+            )
+            self.conn.execute(
+                f"DELETE FROM text_tracks WHERE video_id = ? AND kind IN ({marks})", (vid, *kinds)
+            )
+
+    def _insert_tracks(self, tracks: dict[str, Sequence]) -> None:
+        """Inside a transaction: each video's tracks, numbered after the ones it keeps, and their cues."""
+        for vid, found in tracks.items():
+            row = self.conn.execute(
+                "SELECT COALESCE(MAX(track), -1) AS n FROM text_tracks WHERE video_id = ?", (vid,)
+            ).fetchone()
+            first = int(row["n"]) + 1
+            for k, t in enumerate(found, start=first):
+                self.conn.execute(
+                    "INSERT INTO text_tracks (video_id, track, kind, name, language, encoding, cues, problem) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (vid, k, t.kind, t.name, t.language, t.encoding, len(t.cues), t.problem),
+                )
+                self.conn.executemany(
+                    "INSERT INTO cues (video_id, track, start_s, end_s, text) VALUES (?, ?, ?, ?, ?)",
+                    [(vid, k, float(c.start_s), float(c.end_s), c.text) for c in t.cues],
+                )
+
+    def replace_tracks(
+        self, video_id: str, tracks: Sequence, *, kinds: Sequence[str] | None, tracks_stat: str | None
+    ) -> None:
+        """One transaction: a video's text tracks of ``kinds`` (None: all) replaced by ``tracks``, and
+        its ``tracks_stat`` set (``indexer add`` when only its sidecar files changed)."""
+        with self.conn:
+            self._delete_tracks([video_id], kinds)
+            self._insert_tracks({video_id: tracks})
+            self.conn.execute("UPDATE videos SET tracks_stat = ? WHERE id = ?", (tracks_stat, video_id))
+
+    def tracks_stats(self) -> dict[str, tuple[str | None, float]]:
+        """Indexed video id -> (the sidecar signature its text tracks were read with, None: never
+        read; its duration)."""
+        rows = self.conn.execute(
+            f"SELECT id, duration_s, {self._tracks_column()} FROM videos WHERE status = ?", (STATUS_INDEXED,)
+        )
+        return {r["id"]: (r["tracks_stat"], float(r["duration_s"])) for r in rows}
+
+    def _tracks_column(self) -> str:
+        return "tracks_stat" if "tracks_stat" in self._columns() else "NULL AS tracks_stat"
+
+    def fts_lag(self) -> dict[str, int]:
+        """How far the cue index is from the cues: cues, indexed documents, cues it does not hold."""
+        if not self.has_cues():
+            return {"cues": 0, "indexed": 0, "missing": 0}
+        row = self.conn.execute(
+            "SELECT (SELECT COUNT(*) FROM cues) AS cues, (SELECT COUNT(*) FROM cues_fts_docsize) AS indexed, "
+            "(SELECT COUNT(*) FROM cues WHERE id NOT IN (SELECT id FROM cues_fts_docsize)) AS missing"
+        ).fetchone()
+        return {k: int(row[k]) for k in ("cues", "indexed", "missing")}
+
+    def maintain_cue_index(self) -> str:
+        """Compaction of the cue index: rebuilt from the cues when it lags them, else its segments
+        merged (FTS5 'optimize'); returns which."""
+        lag = self.fts_lag()
+        action = "rebuild" if lag["missing"] or lag["indexed"] != lag["cues"] else "optimize"
+        with self.conn:
+            self.conn.execute("INSERT INTO cues_fts(cues_fts) VALUES (?)", (action,))
+        return action
+
+    # -- text tracks and cues (the reader) -------------------------------------------------------
+    def has_cues(self) -> bool:
+        """Whether this store has the cue tables (a store written before them has none)."""
+        row = self.conn.execute(
+            "SELECT COUNT(*) AS n FROM sqlite_master WHERE name IN ('cues', 'cues_fts', 'text_tracks')"
+        ).fetchone()
+        return int(row["n"]) == 3
+
+    def match_cues(self, expression: str, limit: int = MAX_CUE_MATCHES) -> list[sqlite3.Row]:
+        """The cues matching an FTS5 ``expression``, best BM25 first (``score``: FTS5's bm25, lower is
+        better): id, video_id, track, start_s, end_s, text, score. sqlite3.OperationalError for an
+        expression FTS5 cannot parse."""
+        return self.conn.execute(
+            "SELECT c.id AS id, c.video_id AS video_id, c.track AS track, c.start_s AS start_s, "
+            "c.end_s AS end_s, c.text AS text, bm25(cues_fts) AS score "
+            "FROM cues_fts JOIN cues AS c ON c.id = cues_fts.rowid "
+            "WHERE cues_fts MATCH ? ORDER BY bm25(cues_fts) LIMIT ?",
+            (expression, int(limit)),
+        ).fetchall()
+
+    def cue_snippets(
+        self, expression: str, cue_ids: Sequence[int], *, marks: tuple[str, str], tokens: int
+    ) -> dict[int, str]:
+        """FTS5's snippet of each cue (by id) for ``expression``: at most ``tokens`` tokens around the
+        matches, each match between ``marks``, an ellipsis where the text was cut."""
+        sql = "SELECT rowid AS id, snippet(cues_fts, 0, ?, ?, '…', ?) AS snippet FROM cues_fts "
+        rows = self._in_chunks(
+            sql + "WHERE cues_fts MATCH ? AND rowid IN ({})", (*marks, int(tokens), expression), cue_ids
+        )
+        return {int(r["id"]): r["snippet"] for r in rows}
+
+    def cues_matching(self, expression: str, cue_ids: Sequence[int]) -> set[int]:
+        """Which of ``cue_ids`` match ``expression``."""
+        sql = "SELECT rowid AS id FROM cues_fts WHERE cues_fts MATCH ? AND rowid IN ({})"
+        return {int(r["id"]) for r in self._in_chunks(sql, (expression,), cue_ids)}
+
+    def _in_chunks(self, sql: str, params: tuple, ids: Sequence[int]) -> list[sqlite3.Row]:
+        """``sql`` (its ``{}`` the placeholders of an IN list) over ``ids``, a chunk at a time."""
+        out: list[sqlite3.Row] = []
+        for start in range(0, len(ids), _CHUNK):
+            chunk = [int(i) for i in ids[start : start + _CHUNK]]
+            out += self.conn.execute(sql.format(",".join("?" * len(chunk))), (*params, *chunk)).fetchall()
+        return out
+
+    def count_cue_matches(self, expression: str) -> int:
+        """How many cues match ``expression`` (a term's document frequency)."""
+        row = self.conn.execute("SELECT COUNT(*) AS n FROM cues_fts WHERE cues_fts MATCH ?", (expression,))
+        return int(row.fetchone()["n"])
+
+    def text_track_summary(self) -> dict | None:
+        """What ``indexer stats`` reports of the text tracks (None: a store without cue tables)."""
+        if not self.has_cues():
+            return None
+        q = self.conn.execute
+        n = f"SELECT COUNT(*) AS n FROM (SELECT status, {self._tracks_column()} FROM videos) WHERE status = ? "
+        kinds = "SELECT kind, COUNT(*) AS n, SUM(cues) AS cues, COUNT(problem) AS problems FROM text_tracks "
+        langs = (
+            "SELECT language, COUNT(*) AS n FROM text_tracks WHERE cues > 0 GROUP BY language ORDER BY n DESC"
+        )
+        problems = "SELECT video_id, kind, name, problem FROM text_tracks WHERE problem IS NOT NULL "
+        return {
+            "cues": int(q("SELECT COUNT(*) AS n FROM cues").fetchone()["n"]),
+            "videos_with_cues": int(q("SELECT COUNT(DISTINCT video_id) AS n FROM cues").fetchone()["n"]),
+            "videos_not_read": int(q(n + "AND tracks_stat IS NULL", (STATUS_INDEXED,)).fetchone()["n"]),
+            "by_kind": {
+                r["kind"]: {"tracks": r["n"], "cues": int(r["cues"] or 0), "problems": r["problems"]}
+                for r in q(kinds + "GROUP BY kind ORDER BY kind")
+            },
+            "languages": {(r["language"] or "unknown"): r["n"] for r in q(langs)},
+            "problems": [dict(r) for r in q(problems + "ORDER BY video_id, track LIMIT 20")],
+        }
+
+    def cue_problems(self) -> dict[str, int]:
+        """What ``indexer verify`` counts as broken in the cue tables (0 everywhere when sound)."""
+        if not self.has_cues():
+            return {}
+        indexed = "(SELECT id FROM videos WHERE status = 'indexed')"
+        q = {
+            "orphan_cues": f"FROM cues WHERE video_id NOT IN {indexed}",
+            "orphan_tracks": f"FROM text_tracks WHERE video_id NOT IN {indexed}",
+            "bad_times": "FROM cues WHERE NOT (start_s >= 0 AND end_s >= start_s)",
+            "past_the_end": "FROM cues AS c JOIN videos AS v ON v.id = c.video_id "
+            "WHERE v.duration_s > 0 AND c.end_s > v.duration_s + 1",
+            "track_counts": "FROM text_tracks AS t WHERE t.cues != "
+            "(SELECT COUNT(*) FROM cues AS c WHERE c.video_id = t.video_id AND c.track = t.track)",
+            "cues_without_track": "FROM cues AS c WHERE NOT EXISTS "
+            "(SELECT 1 FROM text_tracks AS t WHERE t.video_id = c.video_id AND t.track = c.track)",
+        }
+        out = {
+            k: int(self.conn.execute("SELECT COUNT(*) AS n " + sql).fetchone()["n"]) for k, sql in q.items()
+        }
+        lag = self.fts_lag()
+        out["fts_missing"] = lag["missing"]
+        out["fts_extra"] = max(0, lag["indexed"] - (lag["cues"] - lag["missing"]))
+        return out
 
     def indexed_faiss_ids(self) -> list[int]:
         rows = self.conn.execute("SELECT faiss_id FROM videos WHERE status = ?", (STATUS_INDEXED,))

@@ -4,7 +4,8 @@ Files of one index directory (format version 1; docs/architecture.md describes e
 
     manifest.json        :class:`Manifest` as JSON (settings the index was built with, counts)
     meta.sqlite          the metadata store and journal (``indexer.store.db``): one row per source
-                         video, indexed or failed, and a small key/value state table
+                         video, indexed or failed, and a small key/value state table; the videos'
+                         text tracks and cues, with an FTS5 index over the cues' text
     index.faiss          FAISS (inner product, ``IDMap2``) over the final video embeddings; derived
                          from the embeddings in ``meta.sqlite``
     bank/bank-NNNNNNNN.npy
@@ -169,6 +170,8 @@ class Entry:
     bank_embeddings: np.ndarray | None = None  # [C, d] float16
     source_stat: str | None = None  # "size:mtime_ns" of the source file when it was read
     stored_frames: object = None  # indexer.store.frames.EncodedFrames: the bank frames' pixels
+    tracks: list | None = None  # indexer.subtitles.TextTrack s (None: text tracks were not read)
+    tracks_stat: str | None = None  # the sidecar signature they were read with (tracks.sidecar_signature)
 
 
 def read_manifest(directory: str | os.PathLike) -> Manifest:

@@ -46,6 +46,7 @@ class IndexReader:
         self._records: dict[str, VideoRecord] = {}
         self._banks: dict[str, BankLocation] = {}
         self._metadata_keys: tuple[str, ...] | None = None
+        self._cue_total: int | None = None
         try:
             self._db = MetadataStore.open_readonly(meta, check_same_thread=False)
             try:
@@ -248,6 +249,51 @@ class IndexReader:
         if isinstance(f, StoredFrameError):
             raise StoredFrameError(str(f))
         return f.read(loc.frames_offset + int(row))
+
+    # -- what is said (text tracks) ---------------------------------------------------------------
+    @property
+    def has_cues(self) -> bool:
+        """Whether any video of this index has a cue (an index built before text tracks has none)."""
+        return self.cue_total() > 0
+
+    def cue_total(self) -> int:
+        """The index's number of cues (read once: a reader never sees new ones)."""
+        if self._cue_total is None:
+            with self._lock:
+                self._cue_total = self._db.fts_lag()["cues"]
+        return self._cue_total
+
+    def match_cues(self, expression: str, limit: int | None = None) -> list[dict]:
+        """Cues of indexed videos matching an FTS5 ``expression``, best first: dicts of id, video_id,
+        start_s, end_s, text and ``bm25`` (FTS5's, lower is better). ValueError for an expression
+        FTS5 cannot parse (``engine.spoken`` builds only valid ones)."""
+        if not self.has_cues:
+            return []
+        try:
+            with self._lock:
+                rows = self._db.match_cues(expression, *(() if limit is None else (limit,)))
+        except sqlite3.OperationalError as exc:
+            raise ValueError(f"not a cue query: {exc}") from None
+        return [
+            {"id": int(r["id"]), "video_id": r["video_id"], "start_s": float(r["start_s"]),
+             "end_s": float(r["end_s"]), "text": r["text"], "bm25": float(r["score"])}
+            for r in rows
+            if r["video_id"] in self._banks
+        ]  # fmt: skip
+
+    def cue_snippets(
+        self, expression: str, cue_ids, *, marks: tuple[str, str], tokens: int = 16
+    ) -> dict[int, str]:
+        with self._lock:
+            return self._db.cue_snippets(expression, list(cue_ids), marks=marks, tokens=tokens)
+
+    def cues_matching(self, expression: str, cue_ids) -> set[int]:
+        with self._lock:
+            return self._db.cues_matching(expression, list(cue_ids))
+
+    def count_cue_matches(self, expression: str) -> int:
+        with self._lock:
+            return self._db.count_cue_matches(expression)
 
     def embedding(self, video_id: str) -> np.ndarray:
         """The stored final embedding v_j [d] float32 (exactly what FAISS was given)."""

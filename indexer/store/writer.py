@@ -1,4 +1,5 @@
-"""``IndexWriter``: creates or reopens an index directory and commits batches of videos atomically.
+"""``IndexWriter``: creates or reopens an index directory and commits batches of videos atomically
+(each video's text tracks and cues in the same SQLite transaction as its row).
 
 Crash safety: a batch's bank file (and its frame-store file, when the index keeps frames) is
 renamed into place before the SQLite transaction that references it, so the commit point is the
@@ -112,7 +113,7 @@ class IndexWriter:
         banks = [e.bank_embeddings for e in entries if e.record.status == STATUS_INDEXED]
         store = self.manifest.frame_store
         frames_name, stored, frames_off = frames_file_name(seq), [], 0
-        rows, offset, new_vectors, new_ids = [], 0, [], []
+        rows, offset, new_vectors, new_ids, tracks = [], 0, [], [], {}
         stamp = now()
         for e in entries:
             r = e.record
@@ -138,6 +139,8 @@ class IndexWriter:
                     frames_off += bank_cnt
                 new_vectors.append(vec)
                 new_ids.append(faiss_id)
+                if e.tracks is not None:
+                    tracks[r.id] = e.tracks
             r.faiss_id = faiss_id
             rows.append(
                 {
@@ -163,6 +166,9 @@ class IndexWriter:
                     "source_stat": e.source_stat,
                     "frames_file": frames_file,
                     "frames_offset": frames_row,
+                    "tracks_stat": e.tracks_stat
+                    if r.status == STATUS_INDEXED and e.tracks is not None
+                    else None,
                 }
             )
         if banks:
@@ -171,7 +177,7 @@ class IndexWriter:
         if stored:
             atomic_write(self.directory / frames_name, frames_file_bytes(stored, store))
         # a re-indexed id (changed content) replaces its old row; its old vector leaves FAISS
-        old = self.db.commit_rows(rows, {"commit_seq": seq, "next_faiss_id": next_id})
+        old = self.db.commit_rows(rows, {"commit_seq": seq, "next_faiss_id": next_id}, tracks)
         if old:
             self._remove_from_faiss(np.asarray(old, dtype=np.int64))
         if new_vectors:
@@ -190,6 +196,16 @@ class IndexWriter:
         self.checkpoint()
         self.collect_unreferenced_files()
         return [i for i in ids if i not in found]
+
+    def replace_tracks(self, video_id: str, tracks, *, kinds=None, tracks_stat: str | None) -> None:
+        """Replace an indexed video's text tracks of ``kinds`` (None: all) with ``tracks`` in one
+        transaction (``indexer add`` when only its sidecar files changed; nothing else moves)."""
+        self.db.replace_tracks(video_id, tracks, kinds=kinds, tracks_stat=tracks_stat)
+
+    def tracks_stats(self) -> dict[str, tuple[str | None, float]]:
+        """Indexed video id -> (the sidecar signature its text tracks were read with, None: never;
+        its duration)."""
+        return self.db.tracks_stats()
 
     def checkpoint(self) -> None:
         """Write the in-memory FAISS index to ``index.faiss`` (temp file + rename)."""

@@ -310,6 +310,18 @@ def run_stats(args) -> int:
         f"  size: {b['total'] / 1e6:.2f} MB (FAISS {b['faiss'] / 1e6:.2f}, metadata {b['metadata'] / 1e6:.2f}, "
         f"frame bank {b['frame_bank'] / 1e6:.2f}, frame store {b['frame_store'] / 1e6:.2f})"
     )
+    text = stats.get("text_tracks")
+    if text is None:
+        print("  text tracks: none (an index written before them; `indexer add` reads them)")
+    else:
+        kinds = ", ".join(f"{k} {v['tracks']} ({v['cues']} cues)" for k, v in text["by_kind"].items())
+        print(
+            f"  text tracks: {text['cues']} cues in {text['videos_with_cues']} video(s)"
+            + (f"; {kinds}" if kinds else "")
+            + (f"; {text['videos_not_read']} video(s) not read" if text["videos_not_read"] else "")
+        )
+        for p in text["problems"]:
+            print(f"  subtitles: {p['video_id']}: {p['kind']} track {p['name']!r}: {p['problem']}")
     for reason, n in stats["failure_reasons"].items():
         print(f"  failed ({n}): {reason}")
     for v in stats.get("videos", []):

@@ -183,6 +183,28 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     _exact_max_arg(g)
     _previews_flag(g)
     g = p.add_argument_group(
+        "what is said",
+        "Subtitles are indexed for search by what is said (docs/architecture.md, 'What is said'): sidecar "
+        ".srt/.vtt files named like the video (talk.srt, talk.en.vtt) or named by a manifest line's "
+        "'subtitles', and subtitle streams inside the video. A track that cannot be read is reported; "
+        "its video is indexed all the same",
+    )
+    g.add_argument(
+        "--no-subtitles",
+        dest="subtitles",
+        action="store_false",
+        help="read no sidecar files and no embedded subtitle streams",
+    )
+    g.add_argument(
+        "--asr",
+        default=None,
+        metavar="KIND:ARG",
+        help="speech recognition for videos without subtitles: cues:FILE (cues per video id from a JSON "
+        "file), faster-whisper:MODEL_DIR (a local model; needs `pip install faster-whisper`; nothing is "
+        "downloaded) or module:attr (a factory returning your own hook)",
+    )
+    g.add_argument("--asr-always", action="store_true", help="run --asr for videos that have subtitles too")
+    g = p.add_argument_group(
         "backend",
         "Where decoding and embedding run. Both backends write the same index through the same writer; "
         "the Ray backend needs `pip install .[ray]`, the project and the model on every node, and the "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from core.config import DEFAULT_TOP_K, MAX_TOP_K, SearchMode
+from core.config import DEFAULT_SOURCES, DEFAULT_TOP_K, MAX_TOP_K, SearchMode, Sources
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heavy", type=int, help="rerank mode: the frame tier's top this many get the heavy tier")
     p.add_argument("--shortlist", type=int, help="R: stage-1 candidates stage 2 reranks")
     p.add_argument("--min-score", type=float, help="leave out results whose relevance is below this")
+    p.add_argument(
+        "--sources",
+        choices=[str(x) for x in Sources],
+        default=str(DEFAULT_SOURCES),
+        help="rank by what is seen, what is said (subtitles), or both (default)",
+    )
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"qaslr search: {exc}")
         return 2
     backend = engine.cache.backend
-    request = {"query": args.query, "top_k": args.top_k, "mode": args.mode}
+    request = {"query": args.query, "top_k": args.top_k, "mode": args.mode, "sources": args.sources}
     for name in ("heavy", "shortlist", "min_score"):
         if getattr(args, name) is not None:
             request[name] = getattr(args, name)
@@ -67,11 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         from service.responses import to_response
 
-        print(
-            to_response(
-                outcome, "cli", cache_backend=backend
-            ).model_dump_json(indent=2)
-        )
+        print(to_response(outcome, "cli", cache_backend=backend).model_dump_json(indent=2))
         return 0
     print(
         f"{len(outcome.hits)} results for {outcome.query!r} ({outcome.mode}, {outcome.timings_ms['total']:.0f} ms)"
@@ -81,7 +83,12 @@ def run(args: argparse.Namespace) -> int:
         relevance = "–" if hit.relevance is None else f"{hit.relevance:.2f}"
         print(
             f"{rank:3d}. {hit.video_id:<40} relevance {relevance}  moment {moment}  tier {hit.tier or 'stage 1'}"
+            + ("" if hit.source == Sources.SEEN else f"  ({hit.source})")
         )
+        if hit.spoken is not None:
+            print(
+                f"       said at {hit.spoken.start_s:.1f}-{hit.spoken.end_s:.1f} s: {hit.spoken.snippet or hit.spoken.text}"
+            )
     for warning in outcome.warnings:
         print(f"warning: {warning}")
     return 0

@@ -73,6 +73,7 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
         shortlist=body.shortlist,
         top_k=body.top_k,
         index=engine.info.get("index_built_at"),
+        sources=body.sources,
     )
     offset = 0
     if body.page_token is not None:
@@ -168,7 +169,9 @@ async def _watch_disconnect(request: Request, gone: threading.Event, poll_s: flo
     summary="Two-stage video search by text, image, or both",
     description="Stage 1 ranks the index by q·v_j (FAISS); in `rerank` mode stage 2 re-scores the top "
     "`shortlist` candidates with query-aware frame selection and query-conditioned encoding (QASLR §A.4). "
-    "`page_token` pages through the stage-1 ranking, `shortlist` candidates at a time.",
+    "`page_token` pages through the stage-1 ranking, `shortlist` candidates at a time. `sources` chooses what is "
+    "ranked: what is seen (the frames), what is said (the videos' subtitles: each result then carries its cue as "
+    "`spoken`, with a snippet and its times), or both fused (the default; quoted phrases are then what is said).",
     responses=_RESPONSES,
 )
 async def search(

@@ -116,6 +116,8 @@ function buildRequest() {
   if (!q && !state.image) throw new Error("Type a query or choose an image.");
   body.mode = $("mode").value;
   body.group_by = $("group_by").value;
+  body.sources = $("sources").value;
+  if (body.sources === "said" && !q) throw new Error("Searching what is said needs words: type a query.");
   const topK = parseInt($("top_k").value, 10);
   if (topK) body.top_k = topK;
   const shortlist = parseInt($("shortlist").value, 10);
@@ -227,7 +229,7 @@ function showTimings(timings, clientMs) {
   dl.textContent = "";
   const names = {
     queue: "queue", query_embed: "query embedding", filter: "filter", faiss: "stage 1 (FAISS)",
-    frame: "frame tier", selection: "frame selection", decode: "decode", heavy_queue: "heavy-tier queue",
+    spoken: "what is said (subtitles)", frame: "frame tier", selection: "frame selection", decode: "decode", heavy_queue: "heavy-tier queue",
     encode: "encode", head: "streaming head", moment: "moments", refine: "moment refinement",
     total: "server total",
   };
@@ -380,11 +382,22 @@ function fillCard(card, result, rank, groupBy, final, scale) {
   }
   const move = card.querySelector(".move");
   const from = result.stage1_rank;
-  move.textContent = groupBy === "clip" ? `video #${from} in stage 1` : `#${from} → #${rank}`;
-  move.className = "move" + (from > rank ? " up" : from < rank ? " down" : "");
-  move.title = result.reranked
-    ? `stage 1: #${from} (score ${result.stage1_score.toFixed(3)}); after stage 2: #${rank}`
-    : `stage 1 only: #${from}`;
+  if (from == null) {  // found only by what is said
+    move.textContent = groupBy === "clip" ? "" : `#${rank}`;
+    move.className = "move";
+    move.title = "found by its subtitles, outside the visual shortlist";
+  } else {
+    move.textContent = groupBy === "clip" ? `video #${from} in stage 1` : `#${from} → #${rank}`;
+    move.className = "move" + (from > rank ? " up" : from < rank ? " down" : "");
+    move.title = result.reranked
+      ? `stage 1: #${from} (score ${result.stage1_score.toFixed(3)}); after stage 2: #${rank}`
+      : `stage 1 only: #${from}`;
+  }
+  const source = card.querySelector(".source");
+  source.textContent = SOURCE_LABELS[result.source] || "seen";
+  source.dataset.source = result.source || "seen";
+  source.title = "which ranking found it: its frames (seen), its subtitles (said), or both";
+  showSpoken(card, result.spoken);
   const tier = card.querySelector(".tier");
   tier.textContent = TIER_LABELS[result.tier] || (result.tier ? `${result.tier} tier` : "stage 1");
   tier.title = result.tier ? `ranked by the ${tier.textContent}` : "ranked by stage 1 (the index) only";
@@ -407,9 +420,11 @@ function fillCard(card, result, rank, groupBy, final, scale) {
   momentP.textContent = "";
   if (moment) {
     const play = el("button", { type: "button", class: "play" }, `▶ ${fmtTime(moment.start_s)} – ${fmtTime(moment.end_s)}`);
-    play.title = moment.source === "refined"
-      ? "the frames around the relevance peak, edges found at the video's own frame rate"
-      : "the frames around the relevance peak (frame-bank resolution)";
+    play.title = moment.source === "cue"
+      ? "the subtitle cue that matched the query"
+      : moment.source === "refined"
+        ? "the frames around the relevance peak, edges found at the video's own frame rate"
+        : "the frames around the relevance peak (frame-bank resolution)";
     play.addEventListener("click", () => seek(card, moment.start_s, true));
     momentP.append(el("span", {}, "Moment "), play);
   } else {
@@ -441,6 +456,31 @@ function fillCard(card, result, rank, groupBy, final, scale) {
     }
   }
   drawTimeline(card, result.timeline, moment, result.duration_s, scale);
+}
+
+const SOURCE_LABELS = { seen: "seen", said: "said", both: "seen + said" };
+
+function showSpoken(card, spoken) {
+  // what was said: the cue's time (a button that plays it) and its snippet, matched words marked
+  const p = card.querySelector(".spoken");
+  p.hidden = !spoken;
+  if (!spoken) return;
+  const time = p.querySelector(".said-time");
+  time.textContent = `🗨 ${fmtTime(spoken.start_s)} – ${fmtTime(spoken.end_s)}`;
+  time.title = `said at ${fmtTime(spoken.start_s)}: play from there`;
+  time.onclick = () => seek(card, spoken.start_s, true);
+  const q = p.querySelector(".said-text");
+  q.textContent = "";
+  const chars = Array.from(spoken.snippet || spoken.text); // highlights count code points, as the server does
+  const part = (a, b) => chars.slice(a, b).join("");
+  let at = 0;
+  for (const [a, b] of spoken.highlights || []) {
+    if (a < at || b > chars.length) continue;
+    q.append(document.createTextNode(part(at, a)), el("mark", {}, part(a, b)));
+    at = b;
+  }
+  q.append(document.createTextNode(part(at, chars.length)));
+  q.title = spoken.text;
 }
 
 const MAX_THUMBS = 8;

@@ -360,3 +360,63 @@ def test_the_screenshot_script_keeps_pngs_under_the_limit():
     assert raw.tell() > 300_000
     small = script.shrink(raw.getvalue(), 300_000)
     assert len(small) <= 300_000 and Image.open(io.BytesIO(small)).format == "PNG"
+
+
+# -- what is said ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def talking_web_settings(tmp_path_factory, video_factory, tiny_checkpoint):
+    """Two VP9/WebM videos, one with a SubRip sidecar, indexed one-shot."""
+    from service.settings import Settings
+
+    root = tmp_path_factory.mktemp("talking_web")
+    lines = []
+    for i, title in enumerate(("Quay", "Field")):
+        path = video_factory(
+            root / f"t{i}.webm", num_frames=48, fps=12, size=(96, 64), seed=70 + i, codec="vp9"
+        )
+        lines.append(json.dumps({"id": f"t{i}", "path": str(path), "metadata": {"title": title}}))
+    (root / "t0.srt").write_text("1\n00:00:01,500 --> 00:00:03,000\nthe <i>harbour</i> bell rings twice\n")
+    manifest = root / "manifest.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    index = _build(manifest, tmp_path_factory.mktemp("idx") / "talking", tiny_checkpoint, None)
+    return lambda: Settings(
+        index=index, model=str(tiny_checkpoint), default_frames=8, max_frames=16, redis_url=None
+    )
+
+
+@pytest.mark.timeout(180)
+def test_the_page_searches_what_is_said_and_shows_the_snippet_and_its_time(driver, talking_web_settings):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    from service.app import create_app
+
+    with live_server(create_app(talking_web_settings())) as client:
+        driver.get(str(client.base_url) + "/")
+        wait = _wait(driver)
+        sources = Select(driver.find_element(By.ID, "sources"))
+        assert [o.get_attribute("value") for o in sources.options] == ["both", "seen", "said"]
+        sources.select_by_value("said")
+        driver.find_element(By.ID, "q").send_keys("harbour bells", Keys.ENTER)
+        wait.until(_search_done)
+        cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+        assert len(cards) == 1
+        card = cards[0]
+        assert card.find_element(By.CSS_SELECTOR, ".source").text == "said"
+        spoken = card.find_element(By.CSS_SELECTOR, ".spoken")
+        assert spoken.is_displayed()
+        assert spoken.find_element(By.CSS_SELECTOR, "q").text.strip('"“”') == "the harbour bell rings twice"
+        assert [m.text for m in spoken.find_elements(By.CSS_SELECTOR, "mark")] == ["harbour", "bell"]
+        assert "0:01" in spoken.find_element(By.CSS_SELECTOR, ".said-time").text
+        assert "0:01" in card.find_element(By.CSS_SELECTOR, ".moment .play").text  # the cue is the moment
+        # both: the talking video first, the other one seen only
+        sources.select_by_value("both")
+        driver.find_element(By.ID, "go").click()
+        wait.until(_search_done)
+        labels = [
+            c.find_element(By.CSS_SELECTOR, ".source").text
+            for c in driver.find_elements(By.CSS_SELECTOR, "#results .card")
+        ]
+        assert labels[0] == "seen + said" and labels[1:] == ["seen"]
+        assert _console_errors(driver) == []
