@@ -392,6 +392,9 @@ def test_qaslr_search_prints_what_was_said(spoken_engine, spoken_corpus, capsys)
 
     index = spoken_engine.config.index
     model = spoken_engine.config.model
-    assert main(["search", "lighthouse keeper", "--index", str(index), "--model", model, "--sources", "said"]) == 0
+    assert (
+        main(["search", "lighthouse keeper", "--index", str(index), "--model", model, "--sources", "said"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "(said)" in out and "said at 3.0-5.5 s: The lighthouse keeper counts seven herons" in out
