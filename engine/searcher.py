@@ -325,8 +325,10 @@ class Searcher:
         )
         clock = _Clock(result.timings_ms, deadline, cancelled)
 
-        # sources=both: "quoted phrases" are what is said, the rest what is seen (engine.spoken)
-        seen_text, said_text = split_clues(p.query) if p.sources == Sources.BOTH else (p.query, p.query)
+        # sources=both: "quoted phrases" are what is said, the rest what is seen (engine.spoken); an
+        # index without cues is searched as before, quotes and all
+        both = p.sources == Sources.BOTH and getattr(self.index, "has_cues", False)
+        seen_text, said_text = split_clues(p.query) if both else (p.query, p.query)
         with clock.stage("query_embed"):
             images = None if p.image is None else [p.image]
             q = self.encoder.embed_queries([seen_text], images=images).float()  # [1, d]

@@ -25,7 +25,8 @@ relevance (what was said matched it better than what is seen).
 **Fusion** (``sources=both``; :data:`core.config.Fusion`). In a ``both`` query, ``"quoted phrases"``
 are what is said and the rest is what is seen: the frames are searched with the words outside the
 quotes and the cues with the phrases (``a red square appears "missing goat"``); a query without
-quotes (or with nothing outside them) is searched whole by both. A page holds the visual window
+quotes (or with nothing outside them), or one over an index without cues, is searched whole by
+both. A page holds the visual window
 of the shortlist (ranks ``offset+1 .. offset+R`` after stage 2) and the spoken window of the same
 ranks, each without the videos an earlier page showed through the other. When no video of the
 page has a spoken match, the page is the visual answer, unchanged. Otherwise, by the ``relevance``

@@ -198,8 +198,9 @@ class SearchRequest(BaseModel):
         ge=0,
         le=MAX_SHORTLIST,
         description=f"rerank mode: how many of the frame tier's top candidates the heavy tier re-encodes "
-        f"(0..shortlist; 0 = the frame tier alone; default {DEFAULT_HEAVY}, and then only when the frame "
-        "tier's answer is close to call, see `heavy_margin`; a request that gives `heavy` always gets it)",
+        f"(0..shortlist; 0 = the frame tier alone; more than the shortlist re-encodes all of it, and the answer "
+        f"says so; default {DEFAULT_HEAVY}, and then only when the frame tier's answer is close to call, see "
+        "`heavy_margin`; a request that gives `heavy` always gets it)",
     )
     heavy_margin: float | None = Field(
         None,

@@ -94,10 +94,26 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
         "update_chunk": update_chunk,
     }
     try:
-        params = searcher.resolve(request)
+        params = searcher.resolve(_heavy_within_shortlist(searcher, request))
     except InvalidRequest as exc:
         raise ApiError(422, "validation_error", str(exc), field=exc.field) from None
     return _Prepared(engine, params, digest)
+
+
+def _heavy_within_shortlist(searcher, request: dict) -> dict:
+    """``heavy`` above the shortlist re-encodes the whole shortlist (and the answer says so): the
+    schema cannot state a bound that depends on another field, so the API does not refuse what it
+    documents (as a shortlist below top_k is raised to it); the engine itself refuses it."""
+    heavy = request.get("heavy")
+    if heavy is None:
+        return request
+    shortlist = searcher.resolve({**request, "heavy": None}).shortlist
+    if heavy <= shortlist:
+        return request
+    note = (
+        f"heavy {heavy} is more than the shortlist ({shortlist}): the heavy tier re-encodes all {shortlist}"
+    )
+    return {**request, "heavy": shortlist, "notes": [note]}
 
 
 def _refusal(exc: BaseException, state: AppState) -> ApiError | None:

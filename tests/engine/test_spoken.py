@@ -142,8 +142,9 @@ def test_a_quoted_phrase_must_be_said_in_order(spoken_engine, spoken_corpus):
 
 
 def test_an_index_without_cues_answers_both_exactly_as_seen(world_engine, world_corpus):
-    query, _ = world_corpus.queries("single")[0]
-    for mode in ("indexed", "frames", "rerank"):
+    event, _ = world_corpus.queries("single")[0]
+    cases = [(event, "indexed"), (event, "frames"), (event, "rerank"), (f'{event} "and a quote"', "frames")]
+    for query, mode in cases:
         seen = world_engine.searcher.search({"query": query, "sources": "seen", "mode": mode})
         both = world_engine.searcher.search({"query": query, "mode": mode})  # the default
         assert both.sources == "both"
@@ -392,6 +393,9 @@ def test_qaslr_search_prints_what_was_said(spoken_engine, spoken_corpus, capsys)
 
     index = spoken_engine.config.index
     model = spoken_engine.config.model
-    assert main(["search", "lighthouse keeper", "--index", str(index), "--model", model, "--sources", "said"]) == 0
+    assert (
+        main(["search", "lighthouse keeper", "--index", str(index), "--model", model, "--sources", "said"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "(said)" in out and "said at 3.0-5.5 s: The lighthouse keeper counts seven herons" in out

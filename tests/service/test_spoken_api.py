@@ -176,3 +176,13 @@ def test_pages_filters_and_min_score_work_with_what_is_said(client):
     assert [r["video_id"] for r in sea["results"]] == ["s2"]
     strict = _search(client, query="harbour ferry", sources="said", min_score=0.9)
     assert [r["video_id"] for r in strict["results"]] == ["s2"]  # says both words
+
+
+def test_a_heavy_count_above_the_shortlist_reencodes_the_shortlist_and_says_so(client):
+    """The schema cannot bound `heavy` by `shortlist` (schemathesis found `heavy: 54` refused), so the
+    API answers it: the heavy tier re-encodes the whole shortlist, and a warning says so."""
+    body = _search(client, query="harbour", sources="seen", mode="rerank", shortlist=3, top_k=3, heavy=54)
+    assert any("heavy 54 is more than the shortlist (3)" in w for w in body["warnings"])
+    assert [r["tier"] for r in body["results"]] == ["oneshot"] * 3
+    r = client.post("/search", json={"query": "harbour", "heavy": -1})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "heavy"
