@@ -56,8 +56,11 @@ INDEX_CLIP_BATCH = 8  # clips per backbone forward pass
 INDEX_IMAGE_BATCH = 32  # frame-bank frames per backbone image call
 # A video with more bank frames than this decodes, stores and embeds its bank this many frames at a
 # time (one chunk ahead), so a build's pixels in memory stay bounded however long its videos are;
-# shorter videos decode their bank with their K frames at once, as before.
-INDEX_BANK_CHUNK = 256
+# shorter videos decode their bank with their K frames at once, as before. 512 (8.5 min at 1 fps)
+# keeps every 2-5 min video on the one-pass path: at 256, videos of 257-300 bank frames took the
+# chunked path and a build of six 2-5 min videos ran 1.20x the old 256-frame bank's wall time
+# (farm-bench, paired runs); two chunks at 448 px hold about 0.6 GB.
+INDEX_BANK_CHUNK = 512
 INDEX_DECODE_WORKERS = 2  # decode threads running ahead of the model
 
 
