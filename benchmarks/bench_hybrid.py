@@ -48,7 +48,6 @@ import json
 import logging
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -57,7 +56,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import environment  # noqa: E402
+from benchmarks.provenance import environment, recorded_args, world_workdir_and_model  # noqa: E402
 from world.vocab import EVENTS  # noqa: E402
 
 # -- what is said ----------------------------------------------------------------------------------
@@ -325,16 +324,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    args.workdir = args.workdir or str(Path(tempfile.gettempdir()) / "qaslr-bench-hybrid")
-    Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    if args.model:
-        model = Path(args.model).resolve()
-    else:
-        from training.backbone import tiny_world_checkpoint
-
-        model = Path(args.workdir) / "tiny-world"
-        if not (model / "config.json").exists():
-            tiny_world_checkpoint(model)
+    model = world_workdir_and_model(args, "qaslr-bench-hybrid")
     started = time.perf_counter()
     per_seed = {seed: one_seed(seed, args, model) for seed in args.seeds}
     minutes = (time.perf_counter() - started) / 60
@@ -373,7 +363,7 @@ def main(argv=None) -> int:
         )
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"args": vars(args), "minutes": minutes, "per_seed": per_seed, "criteria": criteria,
+            {"args": recorded_args(args), "minutes": minutes, "per_seed": per_seed, "criteria": criteria,
              "environment": environment()}, indent=2, default=str) + "\n")  # fmt: skip
     return 0
 

@@ -56,7 +56,6 @@ import logging
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +65,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import environment  # noqa: E402
+from benchmarks.provenance import environment, recorded_args, world_workdir_and_model  # noqa: E402
 from core.config import DEFAULT_HEAVY, DEFAULT_TEXT_CONDITIONING  # noqa: E402
 
 METRICS = (
@@ -435,12 +434,6 @@ def one_seed(seed: int, args, model: Path) -> dict:
     return results
 
 
-def _recorded_args(args) -> dict:
-    """The run's arguments as the JSON records them: local paths (the workdir, the output file) left
-    out, since they name one machine's folders and say nothing about the measurement."""
-    return {k: v for k, v in vars(args).items() if k not in ("workdir", "json")}
-
-
 def fmt(values: list[float], pct: bool) -> str:
     vals = [v for v in values if not np.isnan(v)]
     if not vals:
@@ -496,16 +489,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    args.workdir = args.workdir or str(Path(tempfile.gettempdir()) / "qaslr-bench-quality")
-    Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    if args.model:
-        model = Path(args.model).resolve()
-    else:
-        from training.backbone import tiny_world_checkpoint
-
-        model = Path(args.workdir) / "tiny-world"
-        if not (model / "config.json").exists():
-            tiny_world_checkpoint(model)
+    model = world_workdir_and_model(args, "qaslr-bench-quality")
 
     started = time.perf_counter()
     # every corpus is rendered before any engine loads: libvpx once failed to open its encoder
@@ -556,7 +540,12 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"args": _recorded_args(args), "minutes": minutes, "per_seed": per_seed, "environment": environment()},
+                {
+                    "args": recorded_args(args),
+                    "minutes": minutes,
+                    "per_seed": per_seed,
+                    "environment": environment(),
+                },
                 indent=2,
                 default=str,
             )

@@ -72,3 +72,27 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
     }
+
+
+def recorded_args(args) -> dict:
+    """A benchmark's arguments as its JSON records them: local paths (the workdir, the output file)
+    left out, since they name one machine's folders and say nothing about the measurement."""
+    return {k: v for k, v in vars(args).items() if k not in ("workdir", "json")}
+
+
+def world_workdir_and_model(args, default_name: str) -> Path:
+    """Set ``args.workdir`` (default: ``default_name`` under the temp directory) and create it, and
+    return the backbone directory: ``args.model``, or the shipped tiny-world checkpoint written
+    into the workdir once."""
+    import tempfile
+
+    args.workdir = args.workdir or str(Path(tempfile.gettempdir()) / default_name)
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    if args.model:
+        return Path(args.model).resolve()
+    from training.backbone import tiny_world_checkpoint
+
+    model = Path(args.workdir) / "tiny-world"
+    if not (model / "config.json").exists():
+        tiny_world_checkpoint(model)
+    return model
