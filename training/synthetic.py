@@ -343,26 +343,27 @@ def _partner_pairs(
         rest = [v for v in videos if v.group != video.group]
         k = min(len(rest), candidates - 2)
         chosen = [partner] + [rest[i] for i in rng.choice(len(rest), k, replace=False)]
-        cands = [_side(corpus, v) for v in [video, *chosen]]
-        rng.shuffle(cands)
-        pairs.append(
-            Pair(
-                id=f"{video.id}-{kind}",
-                task="retrieval",
-                query=Side(text=video.queries[0]),
-                positive=_side(corpus, video),
-                candidates=tuple(cands),
-                group=f"{corpus.root.name}/{video.id}",
-                meta={"kind": meta_kind},
-            )
-        )
+        pairs.append(_retrieval_pair(corpus, video, chosen, rng, suffix=kind, kind=meta_kind))
     return pairs
+
+
+def _retrieval_pair(corpus, video, negatives, rng: np.random.Generator, *, suffix: str, kind: str) -> Pair:
+    """``video``'s first query -> ``video``, among it and ``negatives`` in a shuffled order."""
+    cands = [_side(corpus, v) for v in [video, *negatives]]
+    rng.shuffle(cands)
+    return Pair(
+        id=f"{video.id}-{suffix}",
+        task="retrieval",
+        query=Side(text=video.queries[0]),
+        positive=_side(corpus, video),
+        candidates=tuple(cands),
+        group=f"{corpus.root.name}/{video.id}",
+        meta={"kind": kind},
+    )
 
 
 def _retrieval_pairs(corpora, order, rng: np.random.Generator, candidates: int, root: Path) -> list[Pair]:
     from world.vocab import parse_event
-
-    side = _side
 
     pairs: list[Pair] = []
     for corpus in corpora:
@@ -376,19 +377,7 @@ def _retrieval_pairs(corpora, order, rng: np.random.Generator, candidates: int, 
             chosen = [hard[i] for i in rng.choice(len(hard), n_hard, replace=False)] if n_hard else []
             rest = [v for v in others if v not in chosen]
             chosen += [rest[i] for i in rng.choice(len(rest), candidates - 1 - n_hard, replace=False)]
-            cands = [side(corpus, v) for v in [video, *chosen]]
-            rng.shuffle(cands)
-            pairs.append(
-                Pair(
-                    id=f"{video.id}-ret",
-                    task="retrieval",
-                    query=Side(text=video.queries[0]),
-                    positive=side(corpus, video),
-                    candidates=tuple(cands),
-                    group=f"{corpus.root.name}/{video.id}",
-                    meta={"kind": "single"},
-                )
-            )
+            pairs.append(_retrieval_pair(corpus, video, chosen, rng, suffix="ret", kind="single"))
     if order is not None:
         pairs += _partner_pairs(order, "order", "ordered", rng, candidates)
     return pairs
