@@ -408,8 +408,10 @@ def one_seed(seed: int, args, model: Path) -> dict:
             built = build(corpus.manifest, index, model, head, mode.bank)
             if name == "single":
                 builds[f"{mode.index}{bank}"] = built
+            # every row names its stage-2 head: a checkpoint's own head is served only as a --rerank-head
+            settings = {"checkpoint_head": False, **dict(mode.settings)}
             config = EngineConfig(
-                index=index, model=str(model), head=head, default_frames=args.frames, **dict(mode.settings)
+                index=index, model=str(model), head=head, default_frames=args.frames, **settings
             )
             engine = load_engine(config)
             try:
@@ -475,6 +477,12 @@ def main(argv=None) -> int:
         help="one-shot stage 2: where the query text goes (one row each)",
     )
     p.add_argument(
+        "--no-checkpoint-head",
+        action="store_true",
+        help="leave out the rows of the head the checkpoint ships (the tiny-world checkpoint's, served by "
+        "default; otherwise measured as --rerank-head shipped=MODEL/rerank_head)",
+    )
+    p.add_argument(
         "--rerank-head",
         action="append",
         default=[],
@@ -490,6 +498,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     model = world_workdir_and_model(args, "qaslr-bench-quality")
+    from engine.loader import checkpoint_head_dir
+
+    shipped = checkpoint_head_dir(str(model))
+    if shipped is not None and not args.no_checkpoint_head:  # the head the demo serves, as its own rows
+        args.rerank_head.insert(0, f"shipped={shipped}")
 
     started = time.perf_counter()
     # every corpus is rendered before any engine loads: libvpx once failed to open its encoder

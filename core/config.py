@@ -39,6 +39,10 @@ DEFAULT_MODEL_ID = "Qwen/Qwen3-VL-Embedding-2B"
 DEFAULT_MAX_FRAMES = 128  # K: frames selected uniformly per video
 DEFAULT_CLIP_LEN = 16  # L: frames per clip at the full budget
 DEFAULT_MAX_EVIDENCE = 256  # M: evidence tokens kept per clip
+# A checkpoint directory may carry the stage-2 rerank head trained for its backbone in this subfolder
+# (the tiny-world checkpoint does: `qaslr make-checkpoint --preset tiny-world`); the engine serves it
+# when no head is named (engine.loader.load_rerank_model).
+CHECKPOINT_HEAD_DIR = "rerank_head"
 
 # -- the frame bank (candidate frames for stage 2) -------------------------------------------------
 BANK_PER_SECOND = 1.0  # candidate frames per second of video

@@ -37,6 +37,9 @@ class EngineConfig:
     head: Path | None = None  # the index's streaming head (required when it was built with one)
     rerank_head: Path | None = None  # a streaming head for stage 2 (default: the index's own, or one-shot)
     rerank_gate: Path | None = None  # the early-exit gate for a streaming stage 2
+    # serve the checkpoint's own rerank head (core.config.CHECKPOINT_HEAD_DIR) when neither
+    # rerank_head nor an index head is named; False: one-shot stage 2 for a one-shot index
+    checkpoint_head: bool = True
     device: str = "auto"  # auto (cuda if available), cpu, cuda, cuda:1
     dtype: str = "auto"  # auto = bfloat16 on CUDA, float32 on CPU
     frame_size: int | None = None  # override the working resolution (default: the index's)

@@ -135,19 +135,41 @@ class RerankModel:
     head: StreamingHead | None = None
     fingerprint: str | None = None
     gate: object | None = None
+    source: str | None = None  # "QASLR_RERANK_HEAD", or "checkpoint" for the backbone's own head
 
 
-def load_rerank_model(config: EngineConfig, backbone: Backbone) -> RerankModel:
-    """Load the rerank head and gate the config names (each optional)."""
+def checkpoint_head_dir(model: str) -> Path | None:
+    """The rerank head a local checkpoint ships (``MODEL/rerank_head/``, core.config.CHECKPOINT_HEAD_DIR),
+    or None."""
+    from core.config import CHECKPOINT_HEAD_DIR
+    from models.head import CONFIG_FILENAME
+
+    path = Path(model) / CHECKPOINT_HEAD_DIR
+    return path if (path / CONFIG_FILENAME).is_file() else None
+
+
+def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: bool = False) -> RerankModel:
+    """Load the rerank head and gate the config names (each optional). With no head named at all
+    (no rerank head, no index head: ``index_head``) and ``config.checkpoint_head``, the head the
+    checkpoint ships is served (the tiny-world checkpoint's, trained for stage 2 on the shapes world)."""
     rerank = RerankModel()
-    if config.rerank_head is not None:
+    path, source = config.rerank_head, "QASLR_RERANK_HEAD"
+    if path is None and config.checkpoint_head and not index_head:
+        path, source = checkpoint_head_dir(config.model), "checkpoint"
+    if path is not None:
         from models.head import head_fingerprint, load_head
 
         try:
-            rerank.head = load_head(config.rerank_head, device=backbone.device)
+            rerank.head = load_head(path, device=backbone.device)
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"the rerank head cannot be loaded: {summarize(exc)}") from exc
-        rerank.fingerprint = head_fingerprint(config.rerank_head)
+        rerank.fingerprint = head_fingerprint(path)
+        rerank.source = source
+        if rerank.head.config.hidden_size != backbone.hidden_size:
+            raise ConfigurationError(
+                f"the rerank head ({source}) expects hidden size {rerank.head.config.hidden_size}, but the "
+                f"backbone's is {backbone.hidden_size}: it was trained for another backbone"
+            )
     if config.rerank_gate is not None:
         from models.gate import load_gate
 
@@ -178,6 +200,16 @@ def _searcher_for(
 
     encoder = encoder_for(index.manifest, backbone, head, clip_batch_size=config.clip_batch_size, reuse=reuse)
     rerank = rerank or RerankModel()
+    if rerank.source == "checkpoint" and rerank.head is not None:
+        # the checkpoint's own head is a default, not a request: over an index that cuts clips
+        # otherwise it steps aside for one-shot stage 2 (a head named by QASLR_RERANK_HEAD refuses)
+        try:
+            check_clip_plan(
+                rerank.head, config, encoder.config, backbone.temporal_patch, which="checkpoint's head"
+            )
+        except ConfigurationError as exc:
+            logger.warning("not serving the checkpoint's rerank head: %s", exc)
+            rerank.head, rerank.fingerprint, rerank.source = None, None, None
     stage2_head = rerank.head if rerank.head is not None else encoder.head
     if stage2_head is not None:
         which = "rerank head (QASLR_RERANK_HEAD)" if rerank.head is not None else "index's head (QASLR_HEAD)"
@@ -325,7 +357,7 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
                 backbone.frame_size,
             )
         cache = make_cache(config, on_error=on_cache_error)
-        rerank = load_rerank_model(config, backbone)
+        rerank = load_rerank_model(config, backbone, index_head=loaded.head is not None)
         batcher = make_batcher(config, m.clip_len, backbone.device, backbone=backbone)
         try:
             encoder, searcher = _searcher_for(
@@ -354,6 +386,8 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         "frame_store": m.frame_store,
         "rerank": "streaming head" if searcher.reranker.streaming else "one-shot",
         "rerank_head": rerank.fingerprint,
+        # which head streams stage 2 (None: one-shot): the checkpoint's, QASLR_RERANK_HEAD's, the index's
+        "rerank_head_source": (rerank.source or "index") if searcher.reranker.streaming else None,
         "early_exit_gate": rerank.gate is not None,
         "cascade": {"heavy": config.heavy, "heavy_margin": config.heavy_margin},
         "min_relevance": MIN_RELEVANCE,

@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         description="streaming head for stage 2 (e.g. one trained with `qaslr train --recipe two-stage`); "
         "default: the index's own head, or one-shot re-encoding for a one-shot index",
     )
+    checkpoint_head: bool = Field(
+        _E.checkpoint_head,
+        description="serve the rerank head a local checkpoint ships in its rerank_head/ folder (the "
+        "tiny-world checkpoint does) when neither QASLR_RERANK_HEAD nor QASLR_HEAD is set; false: "
+        "one-shot stage 2",
+    )
     rerank_gate: Path | None = Field(
         None, description="early-exit gate directory for stage 2 (written by `qaslr train --gate-epochs`)"
     )

@@ -208,10 +208,11 @@ class _Selector:
         window = _window_indices(video, info.num_frames, info.fps)
         if s.selection == "uniform" or item.select_query is None:
             return window[uniform_indices(len(window), s.max_frames)]
-        cands, emb = self._frame_bank(video.path, info)
+        cands = self._bank[video.path][0] if video.path in self._bank else self._candidates(info)
         inside = (cands >= window[0]) & (cands <= window[-1])
         if inside.sum() <= s.max_frames:  # nothing to choose: every bank frame, as stage 2 does
             return cands[inside] if inside.any() else window[uniform_indices(len(window), s.max_frames)]
+        cands, emb = self._frame_bank(video.path, info)  # embedded only where there is a choice
         q = self.backbone.embed_texts([item.select_query], instruction=s.instruction)[0].float().cpu()
         scores = emb[torch.from_numpy(inside)] @ q  # frame-query similarity
         pos = query_aware_positions(
@@ -227,14 +228,16 @@ class _Selector:
 
         return selection_seed(self.settings.selection_seed, query_key(item.select_query), item.video.key())
 
-    def _frame_bank(self, path: str, info) -> tuple[np.ndarray, torch.Tensor]:
+    def _candidates(self, info) -> np.ndarray:
         from indexer.video import candidate_frame_indices
 
+        s = self.settings
+        return candidate_frame_indices(info, max_frames=s.candidate_max, per_second=s.candidate_per_second)
+
+    def _frame_bank(self, path: str, info) -> tuple[np.ndarray, torch.Tensor]:
         if path not in self._bank:
             s = self.settings
-            cands = candidate_frame_indices(
-                info, max_frames=s.candidate_max, per_second=s.candidate_per_second
-            )
+            cands = self._candidates(info)
             frames = self.frames_of(path, info, cands)
             emb = self.backbone.embed_images(frames, instruction=s.instruction).float().cpu()
             self._bank[path] = (cands, emb)
@@ -320,6 +323,7 @@ def build_cache(
 
     frames_of = _FrameCache(backbone)
     selector = _Selector(backbone, settings, frames_of)
+    memo: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # evidence by (frames, text used)
     infos: dict[str, object] = {}
     shard: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -342,17 +346,38 @@ def build_cache(
             part = [it for it in chunk if ("|cond:" in it.key) == kind]
             if not part:
                 continue
-            framesets = []
+            framesets, memo_keys, pending = [], [], set()
             for item in part:
                 if item.video.path not in infos:
                     infos[item.video.path] = probe_video(item.video.path)
                 info = infos[item.video.path]
                 indices = selector.select(item, info)
+                # the evidence is a function of the frames (and of the text where the prompt holds
+                # it): an item whose frames were already encoded reuses them (e.g. one candidate
+                # under each query of its set, selection keeping every frame, no text in the prompt)
+                coder = conditioned if kind else encoder
+                text = None if coder.text_conditioning == TextConditioning.NONE else item.text
+                placement = None if text is None else str(coder.text_conditioning)
+                memo_key = (item.video.path, tuple(int(i) for i in indices), placement, text)
+                memo_keys.append(memo_key)
+                if memo_key in memo or memo_key in pending:
+                    framesets.append(None)
+                    continue
+                pending.add(memo_key)
                 frames = frames_of(item.video.path, info, indices)  # decoded on demand, §A.2
                 framesets.append(VideoClip(frames=frames, frame_indices=indices, fps=info.fps))
-            banks = (conditioned if kind else encoder).evidence(framesets, texts=[it.text for it in part])
-            for item, bank in zip(part, banks, strict=True):
-                shard[item.key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
+            todo_sets = [(it, f) for it, f in zip(part, framesets, strict=True) if f is not None]
+            if todo_sets:
+                banks = (conditioned if kind else encoder).evidence(
+                    [f for _, f in todo_sets], texts=[it.text for it, _ in todo_sets]
+                )
+                fresh = iter(banks)
+                for memo_key, f in zip(memo_keys, framesets, strict=True):
+                    if f is not None:
+                        bank = next(fresh)
+                        memo[memo_key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
+            for item, memo_key in zip(part, memo_keys, strict=True):
+                shard[item.key] = memo[memo_key]
         bar.update(len(chunk))
         if len(shard) >= shard_size:
             flush()

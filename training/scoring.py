@@ -323,8 +323,20 @@ def _conditioned_losses(model, store, pairs, query: Embedded, tau, *, clip_loss:
     if clip_loss:
         u = cand.clips.to(cand.steps.dtype)
         teacher = clip_teacher(query.final[torch.tensor(rows)].detach(), u, cand.clip_mask)
-        clip = clip_teacher_loss(cand.steps, teacher, cand.step_mask & cand.clip_mask)
+        # the teacher pools clips by relevance alone, the same whatever their order or number: a
+        # pair whose answer is an order or a count (meta kind) is left to the contrastive terms
+        taught = torch.tensor([not is_time_pair(pairs[r]) for r in rows], device=cand.steps.device)
+        clip = clip_teacher_loss(cand.steps, teacher, cand.step_mask & cand.clip_mask & taught[:, None])
     return LossTerms(final=final, step=step, distill=distill, clip=clip)
+
+
+TIME_KINDS = frozenset({"ordered", "counted"})  # meta kinds whose answer is an order or a count
+
+
+def is_time_pair(pair: Pair) -> bool:
+    """Whether ``pair`` asks for an order or a count (its ``meta.kind``), which L_clip's order- and
+    count-blind target cannot give."""
+    return pair.meta.get("kind") in TIME_KINDS
 
 
 # ---- evaluation ------------------------------------------------------------------------------------

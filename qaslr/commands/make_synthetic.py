@@ -13,10 +13,17 @@ has its pair partner among its candidates. OUT/{train,val,test}.jsonl hold text 
 bounded candidate sets of hard and random negatives (what a first stage hands to stage 2): the data
 of `qaslr train --recipe two-stage`.
 
+--kind time: what stage 2 hands a rerank head for order and count queries, rendered directly (the
+data the shipped tiny-world rerank head is trained on, training/time_set.py): videos of 32 frames
+spread over 1-5 min, in families that share a haystack and differ only in time structure (A then B
+/ B then A / A alone / B alone; A once / A twice; one event), --families of each kind in train and
+16 in val. Writes OUT/{train,val}.jsonl and OUT/videos/.
+
 The splits share no video.
 
 Example:  qaslr make-synthetic /tmp/syn --train-videos 96 --val-videos 16 --test-videos 32 --seed 0
           qaslr make-synthetic /tmp/ret --kind retrieval --seed 0
+          qaslr make-synthetic /tmp/time --kind time --seed 0
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = SyntheticConfig()
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("out", help="output directory")
-    p.add_argument("--kind", choices=("tasks", "retrieval"), default="tasks", help="which data set (above)")
+    p.add_argument(
+        "--kind", choices=("tasks", "retrieval", "time"), default="tasks", help="which data set (above)"
+    )
     p.add_argument("--train-videos", type=int, default=d.train_videos, help="even (mirror pairs)")
     p.add_argument("--val-videos", type=int, default=d.val_videos)
     p.add_argument("--test-videos", type=int, default=d.test_videos)
@@ -61,12 +70,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=r.count_pairs,
         help="--kind retrieval: once / twice pairs per split (0-32; 0: no count queries)",
     )
+    from training.time_set import TimeSetConfig
+
+    p.add_argument(
+        "--families",
+        type=int,
+        default=TimeSetConfig().order_families[0],
+        help="--kind time: training families of each kind (order, count, single); val has 16 of each",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
 
 
 def run(args: argparse.Namespace) -> int:
     from training.synthetic import RetrievalSetConfig, SyntheticConfig, make_retrieval_set, make_synthetic
 
+    if args.kind == "time":
+        from training.time_set import TimeSetConfig, make_time_set
+
+        v = TimeSetConfig().order_families[1]
+        n = (args.families, v)
+        try:
+            config = TimeSetConfig(order_families=n, count_families=n, singles=n, seed=args.seed)
+        except ValueError as exc:
+            print(f"error: {exc}")
+            return 2
+        for split, path in make_time_set(args.out, config).items():
+            print(f"{split}: {path}")
+        return 0
     if args.kind == "retrieval":
         d = RetrievalSetConfig()
         splits = ("train_corpora", "val_corpora", "test_corpora")

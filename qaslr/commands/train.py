@@ -173,6 +173,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("optional early-exit gate (§A.10), trained after the embedding")
     g.add_argument("--gate-epochs", type=int, default=0, help="train the gate for N epochs (0: no gate)")
     g.add_argument("--gate-lr", type=float, default=1e-3)
+    g.add_argument(
+        "--gate-data",
+        nargs="+",
+        default=None,
+        metavar="JSONL",
+        help="pairs the gate is fitted on, held out from the head's training (e.g. another `make-synthetic "
+        "--kind time` seed): on its own training pairs the head agrees with itself early too often, and the "
+        "gate learns to exit where held-out queries would not; default: the training pairs",
+    )
 
 
 def resolve_recipe(args: argparse.Namespace):
@@ -214,13 +223,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         train_pairs = combine_pair_sets([load_task_pairs(path, args.tasks) for path in args.data])
         val_pairs = load_task_pairs(args.val, args.tasks) if args.val else []
+        gate_pairs = (
+            combine_pair_sets([load_task_pairs(path, args.tasks) for path in args.gate_data])
+            if args.gate_data
+            else []
+        )
     except DataError as exc:
         print(f"error: {exc}")
         return 2
     if out is not None and args.fresh and (out / "checkpoint.pt").exists():
         (out / "checkpoint.pt").unlink()
     cache_root = Path(args.cache) if args.cache else default_cache(args.data[0])
-    store = open_store(args, train_pairs + val_pairs, cache_root=cache_root)
+    store = open_store(args, train_pairs + val_pairs + gate_pairs, cache_root=cache_root)
     if args.prepare_only:
         print(
             f"feature cache ready: {store.directory} ({len(store.evidence)} items, {len(store.texts)} texts)"
@@ -297,8 +311,10 @@ def run(args: argparse.Namespace) -> int:
     if args.gate_epochs > 0:
         from training.gate_training import save_gate, train_gate
 
+        if not gate_pairs:
+            log.warning("the gate is fitted on the head's own training pairs (--gate-data: held-out pairs)")
         gate, stats = train_gate(
-            model, store, train_pairs, epochs=args.gate_epochs, lr=args.gate_lr, seed=args.seed,
+            model, store, gate_pairs or train_pairs, epochs=args.gate_epochs, lr=args.gate_lr, seed=args.seed,
             scoring=args.scoring, val_pairs=val_pairs,
         )  # fmt: skip
         save_gate(gate, out / "gate")

@@ -63,12 +63,15 @@ async function errorOf(response) {
 }
 
 // -- server status and media token ---------------------------------------------------------------
+const HEAD_SOURCES = { checkpoint: "the checkpoint's head", QASLR_RERANK_HEAD: "rerank head", index: "the index's head" };
 async function loadStatus() {
   try {
     const r = await fetch("/readyz");
     const body = await r.json();
     if (r.ok) {
       let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: ${body.rerank}`;
+      // which head streams stage 2: the checkpoint's own, one named by QASLR_RERANK_HEAD, or the index's
+      if (body.rerank_head_source) text += ` (${HEAD_SOURCES[body.rerank_head_source] || body.rerank_head_source}${body.rerank_head ? " " + body.rerank_head : ""})`;
       if (body.random_weights) text += " · ⚠ random weights: rankings are meaningless";
       $("server").textContent = text;
       $("shapes-world").hidden = !body.shapes_world;

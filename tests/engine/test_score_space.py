@@ -129,3 +129,51 @@ def test_a_head_saved_before_clip_plans_still_loads_with_a_warning(index, tiny_c
         assert {h.tier for h in out.hits} == {"head"}
     finally:
         engine.close()
+
+
+def _checkpoint_with_head(tiny_checkpoint, root: Path, plan: ClipPlan | None) -> Path:
+    """A copy of the tiny checkpoint that ships a rerank head (core.config.CHECKPOINT_HEAD_DIR), as
+    the tiny-world checkpoint ships its own."""
+    import shutil
+
+    from core.config import CHECKPOINT_HEAD_DIR
+
+    model = Path(shutil.copytree(tiny_checkpoint, root / "model"))
+    _head(model / CHECKPOINT_HEAD_DIR, plan)
+    return model
+
+
+def test_a_checkpoints_own_head_is_served_by_default_and_says_so(index, tiny_checkpoint, tmp_path):
+    model = _checkpoint_with_head(tiny_checkpoint, tmp_path, MATCHING)
+    config = EngineConfig(index=index, model=str(model), default_frames=8, max_frames=16, batching=False)
+    engine = load_engine(config)
+    try:
+        assert engine.info["rerank"] == "streaming head" and engine.info["rerank_head_source"] == "checkpoint"
+        assert engine.info["rerank_head"]  # its fingerprint, as /readyz and the page show it
+        out = engine.searcher.search({**QUERY, "frames": 8})
+        assert out.rerank_embedder == "qaslr" and {h.tier for h in out.hits} == {"head"}
+    finally:
+        engine.close()
+    # switched off, the same checkpoint serves one-shot stage 2
+    engine = load_engine(config.replace(checkpoint_head=False))
+    try:
+        assert engine.info["rerank"] == "one-shot" and engine.info["rerank_head_source"] is None
+    finally:
+        engine.close()
+
+
+def test_a_checkpoints_head_that_does_not_fit_the_index_steps_aside_for_one_shot(
+    index, tiny_checkpoint, tmp_path, caplog
+):
+    """A default is not a request: where the checkpoint's head was trained with another clip plan
+    the server starts with one-shot stage 2 and says why (a head named by QASLR_RERANK_HEAD refuses)."""
+    model = _checkpoint_with_head(
+        tiny_checkpoint, tmp_path, ClipPlan(frames=8, max_frames=8, clip_len=4, max_evidence=32)
+    )
+    with caplog.at_level(logging.WARNING, logger="engine.loader"):
+        engine = load_engine(EngineConfig(index=index, model=str(model), default_frames=8, batching=False))
+    try:
+        assert engine.info["rerank"] == "one-shot" and engine.info["rerank_head_source"] is None
+        assert any("not serving the checkpoint's rerank head" in r.getMessage() for r in caplog.records)
+    finally:
+        engine.close()

@@ -460,3 +460,33 @@ def test_write_failure_keeps_committed_videos(sample_videos, tiny_checkpoint, tm
     assert main([*args, *COMMON]) == 0
     assert "2 indexed, 2 skipped" in capsys.readouterr().out
     assert verify_index(index).ok
+
+
+def test_a_head_that_cannot_embed_the_index_as_trained_is_refused_before_any_embedding(
+    tiny_checkpoint, sample_videos, tmp_path
+):
+    """`indexer build --head` checks the head against the index's K, L and M (the clip plan it was
+    trained with) and refuses a query-conditioned rerank head, naming the fix."""
+    from core.errors import ConfigurationError
+    from indexer.api import check_index_head
+    from models.head import StreamingHeadConfig, create_head, save_head
+    from models.selection import ClipPlan
+
+    def head(name, **kw):
+        config = StreamingHeadConfig(
+            hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, max_evidence_tokens=32, **kw
+        )
+        return save_head(create_head(config, seed=0), tmp_path / name)
+
+    other = head("other", clip_plan=ClipPlan(K, K, L * 2, 32))  # clips twice as long as this index's
+    with pytest.raises(ConfigurationError, match=f"--clip-len {L * 2}") as refused:
+        build_index(sample_videos, tmp_path / "a", _opts(tiny_checkpoint, head_dir=str(other)))
+    assert "trained with the clip plan" in str(refused.value)
+    assert not (tmp_path / "a" / "manifest.json").exists()  # nothing was written
+    rerank = head("rerank", query_conditioning=True, clip_plan=ClipPlan(K, K, L, 32))
+    with pytest.raises(ConfigurationError, match="QASLR_RERANK_HEAD"):
+        build_index(sample_videos, tmp_path / "b", _opts(tiny_checkpoint, head_dir=str(rerank)))
+    from models.head import load_head
+
+    matching = load_head(head("matching", clip_plan=ClipPlan(K, K, L, 32)))
+    check_index_head(matching, _opts(tiny_checkpoint, head_dir="x", max_evidence=32), temporal_patch=2)

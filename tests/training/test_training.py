@@ -159,7 +159,12 @@ def test_conditioned_loss_is_never_a_one_column_zero_and_masks_co_positives(
 
     pairs, seen = [], set()
     for p in load_pairs(synthetic_set / "train.jsonl"):  # three retrieval pairs of unrelated videos
-        if p.task == "retrieval" and p.group not in seen and len(pairs) < 3:
+        if (
+            p.task == "retrieval"
+            and p.meta.get("kind") == "single"
+            and p.group not in seen
+            and len(pairs) < 3
+        ):
             pairs.append(p)
             seen.add(p.group)
     settings = FeatureSettings(max_frames=8, clip_len=2, max_evidence=32, selection="query-aware")
