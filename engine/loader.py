@@ -170,11 +170,19 @@ def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: b
                 f"the rerank head ({source}) expects hidden size {rerank.head.config.hidden_size}, but the "
                 f"backbone's is {backbone.hidden_size}: it was trained for another backbone"
             )
-    if config.rerank_gate is not None:
+    gate = config.rerank_gate
+    if (
+        gate is None
+        and source == "checkpoint"
+        and path is not None
+        and (path / "gate" / "gate.json").is_file()
+    ):
+        gate = path / "gate"  # the early-exit gate trained with the checkpoint's head
+    if gate is not None:
         from models.gate import load_gate
 
         try:
-            rerank.gate = load_gate(config.rerank_gate)
+            rerank.gate = load_gate(gate)
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigurationError(f"the early-exit gate cannot be loaded: {summarize(exc)}") from exc
     return rerank

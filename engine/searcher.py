@@ -62,6 +62,7 @@ from engine.spoken import (
     spoken_hits,
     spoken_page,
 )
+from engine.temporal import asks_for_time
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
 from models.selection import query_key
@@ -452,14 +453,16 @@ class Searcher:
     def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
         """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot
         or the streaming head) over the frame tier's top ``p.heavy`` only, and only when the frame
-        tier's first two scores lie within ``p.heavy_margin`` (its answer is too close to call). The heavy tier orders
+        tier's first two scores lie within ``p.heavy_margin`` (its answer is too close to call) or the
+        query asks about order or count and the heavy tier is a streaming head. The heavy tier orders
         what it scored, by its own score, above the rest, which keep the frame tier's order: one
         score space per ranked group, and every hit says which tier ranked it."""
         hits = self.frame_tier.run(request, hits)
         m = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
         if m and p.heavy_margin is not None and len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
-            if lead >= p.heavy_margin:  # the frame tier's answer is not close to call: keep it
+            timed = self.reranker.streaming and asks_for_time(request.query)  # engine.temporal
+            if lead >= p.heavy_margin and not timed:  # the frame tier's answer is not close to call
                 return hits
         if m == 0:
             return hits

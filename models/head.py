@@ -97,6 +97,13 @@ class StreamingHeadConfig:
     # starts from an embedding in the backbone's own space rather than from noise. An
     # initialisation choice (the paper does not give one); the equations are unchanged.
     identity_init: bool = False
+    # Whiten the conditioning input before P_c: q~ = W (q - mu) / sqrt(d), with mu and W (ZCA, ridge)
+    # from the training queries' embeddings (``set_query_statistics``, stored with the weights). Queries
+    # that ask for different orders or counts of the same events lie close together (cosine 0.94 for
+    # a mirror order, 0.99 for once / twice with the tiny-world backbone); whitened, those directions
+    # weigh as much as the ones that tell events apart, so H_0 can differ by what the query asks (ours,
+    # with query_conditioning only; training/README.md, "Order and count").
+    query_whitening: bool = False
     # The clip plan the head was trained with (models.selection.ClipPlan: K', K_max, L, M), recorded
     # by training (training.trainer) and checked by serving (engine.loader); None for heads saved
     # before plans were recorded, or never trained (they load, with a warning where served).
@@ -217,6 +224,9 @@ class StreamingHead(nn.Module):
         self.sink_token = nn.Parameter(torch.empty(1, dim)) if config.evidence_sink else None
         # P_c: conditioning input c = q [d] -> a shift of H_0 [D] (only with query_conditioning)
         self.query_proj = nn.Linear(config.embed_dim, dim) if config.query_conditioning else None
+        if config.query_conditioning and config.query_whitening:  # identity until set_query_statistics
+            self.register_buffer("query_mean", torch.zeros(config.embed_dim))
+            self.register_buffer("query_whiten", torch.eye(config.embed_dim))
         self.readout_attn = CrossAttention(dim, config.num_heads, config.dropout)
         self.proj = nn.Linear(dim, config.embed_dim, bias=False)  # W, Eq. 9
         self.log_temperature = nn.Parameter(
@@ -264,8 +274,32 @@ class StreamingHead(nn.Module):
         h0 = self.think_tokens.unsqueeze(0).expand(batch_size, -1, -1)
         if query is None or self.query_proj is None:
             return h0
-        shift = self.query_proj(query.to(h0.dtype))  # [B, D]
+        shift = self.query_proj(self.condition(query.to(h0.dtype)))  # [B, D]
         return h0 + shift[:, None, :]
+
+    def condition(self, query: Tensor) -> Tensor:
+        """The conditioning input P_c acts on: q, or q whitened (``query_whitening``) [B, d]."""
+        if not hasattr(self, "query_whiten"):
+            return query
+        return (query - self.query_mean.to(query.dtype)) @ self.query_whiten.to(query.dtype)
+
+    @torch.no_grad()
+    def set_query_statistics(self, queries: Tensor, *, ridge: float = 0.01) -> None:
+        """Fit the whitening of ``query_whitening`` to training query embeddings [n, d]: mu their mean,
+        W = V diag((lambda + eps)^-1/2) V^T / sqrt(d) from their covariance (eps = ``ridge`` x the mean
+        eigenvalue, so a direction no query varies in is not blown up), scaled so that a whitened
+        query has about the norm of q (1)."""
+        if not hasattr(self, "query_whiten"):
+            raise ValueError("this head was not configured with query_whitening")
+        x = queries.double()
+        mu = x.mean(0)
+        cov = (x - mu).T @ (x - mu) / max(1, len(x) - 1)
+        evals, evecs = torch.linalg.eigh(cov)
+        evals = evals.clamp(min=0)
+        eps = ridge * float(evals.mean()) + 1e-12
+        w = evecs @ torch.diag((evals + eps).rsqrt()) @ evecs.T / math.sqrt(x.shape[1])
+        self.query_mean.copy_(mu.to(self.query_mean.dtype))
+        self.query_whiten.copy_(w.to(self.query_whiten.dtype))
 
     def update(
         self,

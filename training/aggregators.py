@@ -177,6 +177,7 @@ def build_model(
     text_conditioning: str = DEFAULT_TEXT_CONDITIONING,
     evidence_sink: bool = False,
     identity_init: bool = False,
+    query_whitening: bool = False,
 ) -> nn.Module:
     """A freshly initialised aggregator of ``kind`` (qaslr | mean | gru | transformer). For a QASLR
     head, ``query_conditioning`` adds the query as its conditioning input and ``text_conditioning``
@@ -202,6 +203,7 @@ def build_model(
             text_conditioning=str(text_conditioning),
             evidence_sink=evidence_sink,
             identity_init=identity_init,
+            query_whitening=query_whitening and query_conditioning,
         )
         return create_head(config, seed=seed)
     with torch.random.fork_rng(devices=[]):

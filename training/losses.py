@@ -14,6 +14,9 @@ original pathway. For a candidate encoded under query q with per-clip backbone e
 
 the query-weighted pooling of the clips seen so far. Contrastive pairs alone are few; this target
 exists for every (query, candidate) pair, labelled or not, and says where a brief event's clip is.
+It is the same for a video and its mirror, and for one showing or two: pairs whose answer is an order
+or a count (``meta.kind`` ordered / counted, training.scoring.is_time_pair) are left out of it, or
+it would teach the head to be blind to exactly what they ask.
 
 S~ is S with excluded co-positive logits set to -inf; the paired target is never excluded, so it
 stays the sole positive (§3.4, §A.8 "Negative construction"). All embeddings are L2-normalised.

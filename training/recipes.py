@@ -51,6 +51,7 @@ class Recipe:
     query_conditioning: bool = False  # Eq. 4 with c = q (only with conditioned scoring)
     evidence_sink: bool = False  # the "nothing here" evidence token (ours, next to Eq. 7)
     identity_init: bool = False  # evidence-to-readout path starts as the identity (ours)
+    query_whitening: bool = False  # q whitened by the training queries before P_c (ours)
     # optimisation (§A.2)
     epochs: int = 5  # paper: 3-5
     batch_size: int = 32
@@ -83,7 +84,7 @@ PAPER = Recipe(
 TWO_STAGE = Recipe(
     name="two-stage",
     summary="a rerank head for stage 2: query-aware selection, conditioned scoring, a query-"
-    "conditioned head, L_clip (weight 30), evidence sink, identity init",
+    "conditioned head, L_clip (weight 30, single-event pairs only), evidence sink, identity init",
     selection="query-aware",
     scoring="conditioned",
     query_conditioning=True,

@@ -139,6 +139,7 @@ class Trainer:
         )
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self._record_clip_plan()
+        self._fit_query_whitening()
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
         random.seed(config.seed)
@@ -151,6 +152,18 @@ class Trainer:
         config = getattr(self.model, "config", None)
         if isinstance(config, StreamingHeadConfig):
             config.clip_plan = self.store.clip_plan
+
+    def _fit_query_whitening(self) -> None:
+        """A head with ``query_whitening`` whitens its conditioning input by the statistics of the
+        training queries' embeddings (``StreamingHead.set_query_statistics``): fitted here, before the
+        first step, from the data alone (a resumed run fits the same values, then loads them)."""
+        config = getattr(self.model, "config", None)
+        if not (isinstance(config, StreamingHeadConfig) and config.query_whitening):
+            return
+        texts = sorted({p.query.text for p in self.pairs if p.query.video is None and p.query.text})
+        if len(texts) < 2:
+            raise ValueError("query whitening needs at least two distinct training queries")
+        self.model.set_query_statistics(torch.stack([self.store.text(t) for t in texts]).float())
 
     # -- checkpointing ----------------------------------------------------------------------------
     @property

@@ -17,7 +17,7 @@ of `qaslr train --recipe two-stage`.
 data the shipped tiny-world rerank head is trained on, training/time_set.py): videos of 32 frames
 spread over 1-5 min, in families that share a haystack and differ only in time structure (A then B
 / B then A / A alone / B alone; A once / A twice; one event), --families of each kind in train and
-16 in val. Writes OUT/{train,val}.jsonl and OUT/videos/.
+--val-families in val. Writes OUT/{train,val}.jsonl and OUT/videos/.
 
 The splits share no video.
 
@@ -76,7 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--families",
         type=int,
         default=TimeSetConfig().order_families[0],
-        help="--kind time: training families of each kind (order, count, single); val has 16 of each",
+        help="--kind time: training families of each kind (order, count, single)",
+    )
+    p.add_argument(
+        "--val-families",
+        type=int,
+        default=TimeSetConfig().order_families[1],
+        help="--kind time: validation families of each kind",
     )
     p.add_argument("--seed", type=int, default=d.seed)
 
@@ -87,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "time":
         from training.time_set import TimeSetConfig, make_time_set
 
-        v = TimeSetConfig().order_families[1]
-        n = (args.families, v)
+        n = (args.families, args.val_families)
         try:
             config = TimeSetConfig(order_families=n, count_families=n, singles=n, seed=args.seed)
         except ValueError as exc:

@@ -32,6 +32,7 @@ RECIPE_FIELDS = (
     "query_conditioning",
     "evidence_sink",
     "identity_init",
+    "query_whitening",
     "epochs",
     "batch_size",
     "lr",
@@ -111,6 +112,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="initialise the head's evidence-to-readout path as the identity (needs D >= d) instead of "
         f"small random weights ({by_recipe('identity_init')})",
+    )
+    m.add_argument(
+        "--query-whitening",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whiten the query (the conditioning input) by the training queries' statistics before it "
+        "shifts H_0, so queries that differ only in the order or count they ask for start the memory "
+        f"apart (ours; with --query-conditioning; {by_recipe('query_whitening')})",
     )
     o = p.add_argument_group("optimisation")
     o.add_argument("--epochs", type=int, default=None, help=f"epochs (paper: 3-5; {by_recipe('epochs')})")
@@ -257,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
             text_conditioning=args.text_conditioning,
             evidence_sink=args.evidence_sink,
             identity_init=args.identity_init,
+            query_whitening=args.query_whitening,
         )
     args.device = str(head_device(args.device))  # recorded in train_args.json as resolved
     model.to(args.device)

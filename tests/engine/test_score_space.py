@@ -177,3 +177,19 @@ def test_a_checkpoints_head_that_does_not_fit_the_index_steps_aside_for_one_shot
         assert any("not serving the checkpoint's rerank head" in r.getMessage() for r in caplog.records)
     finally:
         engine.close()
+
+
+def test_a_query_about_order_or_count_goes_to_the_streaming_head_whatever_the_frame_tiers_lead(engine):
+    """The frame tier scores frames one at a time: its lead says nothing about which came first or
+    how often, so such a query is streamed by the head even at margin 0 (any lead is "clear")."""
+    from engine.temporal import asks_for_time
+
+    assert asks_for_time("first a red square appears, then a blue circle appears")
+    assert asks_for_time("a red square appears twice") and asks_for_time("A green bar appears only once")
+    assert not asks_for_time("a red square appears") and not asks_for_time("the thenar muscle")
+    plain = engine.searcher.search({**QUERY, "frames": 8, "heavy_margin": 0})
+    assert {h.tier for h in plain.hits} == {"frame"}  # any lead >= 0: the frame tier's answer stands
+    timed = engine.searcher.search(
+        {**QUERY, "query": "a red square appears twice", "frames": 8, "heavy_margin": 0}
+    )
+    assert [h.tier for h in timed.hits] == ["head"] * 3

@@ -259,3 +259,34 @@ def test_identity_init_starts_in_the_backbone_space():
         assert ((plain.readout(plain.init_state(3, q)) * q).sum(-1).abs() < 0.5).all()
     with pytest.raises(ValueError, match="identity_init needs hidden_size >= embed_dim"):
         _config(hidden_size=16, embed_dim=32, identity_init=True)
+
+
+def test_query_whitening_spreads_queries_that_differ_little_and_is_saved_with_the_head(tmp_path):
+    """Two queries 0.99 apart in cosine (what "once" and "twice" are to the tiny-world backbone) start
+    the memory almost alike unwhitened; whitened by the training queries they start it far apart."""
+    import torch.nn.functional as F
+
+    from models.head import StreamingHeadConfig, create_head, load_head, save_head
+
+    config = StreamingHeadConfig(
+        hidden_size=32, embed_dim=16, num_heads=4, num_think_tokens=4, query_conditioning=True,
+        identity_init=True, query_whitening=True,
+    )  # fmt: skip
+    head = create_head(config, seed=0)
+    g = torch.Generator().manual_seed(0)
+    events = F.normalize(torch.randn(8, 16, generator=g), dim=-1)
+    count = F.normalize(torch.randn(16, generator=g), dim=-1) * 0.06  # the once / twice direction
+    train = F.normalize(torch.cat([events + count, events - count]), dim=-1)
+    once, twice = train[0], train[8]
+    assert float(once @ twice) > 0.99
+    before = head.condition(torch.stack([once, twice]))
+    assert float(F.cosine_similarity(before[0], before[1], dim=0)) > 0.99  # identity until fitted
+    head.set_query_statistics(train)
+    after = head.condition(torch.stack([once, twice]))
+    gap_before = 1 - float(F.cosine_similarity(before[0], before[1], dim=0))
+    gap_after = 1 - float(F.cosine_similarity(after[0], after[1], dim=0))
+    assert gap_after > 10 * gap_before and gap_after > 0.1  # whitened, the count direction weighs
+    white = head.condition(train)
+    assert abs(float(white.norm(dim=-1).mean()) - 1.0) < 0.35  # about q's own norm
+    loaded = load_head(save_head(head, tmp_path / "h"))
+    assert torch.allclose(loaded.condition(train), white, atol=1e-6)

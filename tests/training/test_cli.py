@@ -118,3 +118,16 @@ def test_the_head_trains_on_cuda_when_available_unless_told(monkeypatch):
     assert head_device("cpu") == torch.device("cpu") and head_device("cuda:1") == torch.device("cuda:1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert head_device(None) == torch.device("cpu")
+
+
+def test_make_synthetic_time_writes_order_count_and_single_families(tmp_path, capsys):
+    from training.data import load_pairs
+
+    out = tmp_path / "t"
+    code = main(["make-synthetic", str(out), "--kind", "time", "--families", "1", "--val-families", "1"])
+    assert code == 0, capsys.readouterr()
+    for split in ("train", "val"):
+        kinds = sorted(p.meta["kind"] for p in load_pairs(out / f"{split}.jsonl"))
+        assert kinds == ["counted", "counted", "ordered", "ordered", "single"]
+    assert main(["make-synthetic", str(out), "--kind", "time", "--families", "-1"]) == 2
+    assert "must be >= 0" in capsys.readouterr().out
