@@ -76,8 +76,22 @@ def environment() -> dict:
 
 def recorded_args(args) -> dict:
     """A benchmark's arguments as its JSON records them: local paths (the workdir, the output file)
-    left out, since they name one machine's folders and say nothing about the measurement."""
-    return {k: v for k, v in vars(args).items() if k not in ("workdir", "json")}
+    left out, and a head's or model's path cut to its folder's name, since they name one machine's
+    folders and say nothing about the measurement."""
+    def named(v):  # "NAME=DIR" (a head) -> NAME and the folder's own name
+        if isinstance(v, str) and "=" in v and os.sep in v:
+            name, _, path = v.partition("=")
+            return f"{name}={Path(path).name}"
+        if isinstance(v, str) and os.path.isabs(v):
+            return Path(v).name
+        return v
+
+    out = {}
+    for k, v in vars(args).items():
+        if k in ("workdir", "json"):
+            continue
+        out[k] = [named(x) for x in v] if isinstance(v, list) else named(v)
+    return out
 
 
 def world_workdir_and_model(args, default_name: str) -> Path:

@@ -172,3 +172,34 @@ def encoder_for(
     ):
         return reuse
     return VideoEncoder(backbone, head, config=config, instruction=manifest.instruction)
+
+
+def check_index_head(head, options, temporal_patch: int) -> None:
+    """Refuse (ConfigurationError) to index with a head that cannot embed the index's videos as it was
+    trained: a query-conditioned (rerank) head needs a query, and a head records the clip plan of its
+    training features (models.selection.ClipPlan), which the index's K, L and M (``options``, the
+    build's indexer.api.BuildOptions) must cut alike."""
+    from core.errors import ConfigurationError
+    from models.selection import ClipPlan
+
+    if head.config.query_conditioning:
+        raise ConfigurationError(
+            "this head is query-conditioned (a stage-2 rerank head, `qaslr train --recipe two-stage`): it "
+            "cannot embed videos without a query. Serve it with QASLR_RERANK_HEAD over a one-shot index, or "
+            "index with a head trained by the paper recipe"
+        )
+    trained = head.config.clip_plan
+    if trained is None:
+        logger.warning("the head records no clip plan (saved before heads recorded one): indexing unchecked")
+        return
+    m = options.max_evidence if options.max_evidence is not None else head.config.max_evidence_tokens
+    index_plan = ClipPlan(options.frames, options.frames, options.clip_len, m)
+    problems = trained.differences(index_plan, temporal_patch)
+    if problems:
+        raise ConfigurationError(
+            f"the head was trained with the clip plan {trained.describe(temporal_patch)}, but this index "
+            f"would embed with {index_plan.describe(temporal_patch)} ({'; '.join(problems)}). Fix: build "
+            f"with --frames {trained.max_frames} --clip-len {trained.clip_len} --max-evidence "
+            f"{trained.max_evidence}, or train the head with --max-frames {options.frames} --clip-len "
+            f"{options.clip_len} --evidence-tokens {m}"
+        )

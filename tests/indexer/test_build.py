@@ -468,7 +468,7 @@ def test_a_head_that_cannot_embed_the_index_as_trained_is_refused_before_any_emb
     """`indexer build --head` checks the head against the index's K, L and M (the clip plan it was
     trained with) and refuses a query-conditioned rerank head, naming the fix."""
     from core.errors import ConfigurationError
-    from indexer.api import check_index_head
+    from indexer.assembly import check_index_head
     from models.head import StreamingHeadConfig, create_head, save_head
     from models.selection import ClipPlan
 
