@@ -143,3 +143,47 @@ def expected_calibration_error(p: torch.Tensor, y: torch.Tensor, bins: int = 10)
         if inside.any():
             err += float(inside.sum()) / total * abs(float(y[inside].mean()) - float(p[inside].mean()))
     return err
+
+
+@torch.no_grad()
+def exit_tradeoff(
+    model: nn.Module,
+    gate: EarlyExitGate,
+    store: FeatureStore,
+    pairs: Sequence[Pair],
+    *,
+    etas: Sequence[float] = (0.5, 0.7, 0.9, 0.95),
+    t_min: int = 2,
+) -> list[dict]:
+    """Early exit in stage 2 as serving does it (§A.10, Eq. 19): every candidate of a query's bounded
+    set streams until the gate's p_t >= eta (t >= t_min) and is scored by q·z at that step. Per eta:
+    the share of clips saved, and how often the top-1 candidate is the full stream's (the agreement
+    Prop. 3 bounds) over query-conditioned text -> video ``pairs`` (held out from the gate's data)."""
+    from models.gate import exit_steps
+    from training.features import conditioned_key
+    from training.scoring import takes_query
+
+    model.eval()
+    streamed = []
+    for p in pairs:
+        if p.query.video is not None or not p.candidates:
+            continue
+        keys = [conditioned_key(c, p.query.text) for c in p.candidates]
+        q = store.text(p.query.text).float()
+        out = stream_items(
+            model, store, keys, queries=q[None].expand(len(keys), -1) if takes_query(model) else None
+        )
+        streamed.append((q, out, gate(out.steps.float(), out.step_mask)))
+    if not streamed:
+        raise ValueError("exit_tradeoff needs query-conditioned text -> video pairs with candidate sets")
+    rows = []
+    for eta in etas:
+        used = planned = agree = 0
+        for q, out, p in streamed:
+            stop = exit_steps(p, out.step_mask, t_min=t_min, eta=eta)  # [C]
+            early = out.steps.float()[torch.arange(len(stop)), stop] @ q
+            used += int((stop + 1).sum())
+            planned += int(out.step_mask.sum())
+            agree += int(int(early.argmax()) == int((out.final.float() @ q).argmax()))
+        rows.append({"eta": eta, "clips_saved": 1 - used / planned, "top1_agreement": agree / len(streamed)})
+    return rows

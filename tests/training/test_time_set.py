@@ -144,3 +144,35 @@ def test_l_clip_leaves_order_and_count_pairs_to_the_contrastive_terms(time_set, 
     # the same pairs without their kind are taught again: the rule reads meta.kind, nothing else
     unmarked = [dataclasses.replace(p, meta={}) for p in timed]
     assert float(pair_losses(head, store, unmarked, scoring="conditioned", clip_loss=True).clip.detach()) > 0
+
+
+def test_early_exit_tradeoff_counts_saved_clips_and_agreement_with_the_full_stream(
+    time_set, tiny_checkpoint, tmp_path
+):
+    """A gate that never fires saves nothing and agrees always; one that always fires stops every
+    candidate at t_min and saves the rest of its clips (Eq. 19)."""
+    from models.backbone import load_backbone
+    from models.head import StreamingHeadConfig, create_head
+    from training.features import FeatureSettings, FeatureStore, build_cache
+    from training.gate_training import exit_tradeoff, train_gate
+
+    pairs = load_pairs(time_set / "train.jsonl")
+    settings = FeatureSettings(max_frames=FRAMES, clip_len=4, max_evidence=32, selection="query-aware")
+    backbone = load_backbone(tiny_checkpoint, device="cpu")
+    store = FeatureStore(
+        build_cache(
+            tmp_path, backbone=backbone, pairs=pairs, settings=settings, scoring="conditioned", progress=False
+        )
+    )
+    head = create_head(
+        StreamingHeadConfig(
+            hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, query_conditioning=True
+        ),
+        seed=0,
+    )
+    gate, _ = train_gate(head, store, pairs, epochs=3, scoring="conditioned")
+    never, always = exit_tradeoff(head, gate, store, pairs, etas=(1.01, 0.0), t_min=2)
+    assert never == {"eta": 1.01, "clips_saved": 0.0, "top1_agreement": 1.0}
+    steps = FRAMES // 4  # 3 clips a candidate, stopped after 2
+    assert always["clips_saved"] == pytest.approx(1 - 2 / steps)
+    assert 0.0 <= always["top1_agreement"] <= 1.0
