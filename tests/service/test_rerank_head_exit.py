@@ -54,6 +54,7 @@ def test_a_rerank_head_streams_one_shot_candidates_and_reports_clips(make_settin
         assert h["clips_planned"] == -(-selected // 4) and h["clips_used"] == h["clips_planned"], h
         assert h["tier"] == "head" and h["evidence"]["moment"]["source"] in ("relevance", "refined")
     assert ready["rerank"] == "streaming head" and ready["rerank_head"] and ready["early_exit_gate"] is False
+    assert ready["rerank_head_source"] == "QASLR_RERANK_HEAD"  # which head streams, as the page says
 
 
 def test_early_exit_stops_at_t_min_when_the_gate_says_stop(
