@@ -112,30 +112,35 @@ def test_the_feature_cache_encodes_each_distinct_selection_once(
     assert first.shape[0] == FRAMES // 4 and bool((first == second).all())
 
 
-def test_l_clip_leaves_order_and_count_pairs_to_the_contrastive_terms(time_set, tiny_checkpoint, tmp_path):
+@pytest.fixture(scope="module")
+def conditioned(time_set, tiny_checkpoint, tmp_path_factory):
+    """The time set's query-conditioned features (tiny backbone) and a random query-conditioned head."""
+    from models.backbone import load_backbone
+    from models.head import StreamingHeadConfig, create_head
+    from training.features import FeatureSettings, FeatureStore, build_cache
+
+    settings = FeatureSettings(max_frames=FRAMES, clip_len=4, max_evidence=32, selection="query-aware")
+    store = FeatureStore(
+        build_cache(
+            tmp_path_factory.mktemp("time_features"), backbone=load_backbone(tiny_checkpoint, device="cpu"),
+            pairs=load_pairs(time_set / "train.jsonl"), settings=settings, scoring="conditioned", progress=False,
+        )
+    )  # fmt: skip
+    config = StreamingHeadConfig(
+        hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, query_conditioning=True
+    )
+    return store, create_head(config, seed=0)
+
+
+def test_l_clip_leaves_order_and_count_pairs_to_the_contrastive_terms(time_set, conditioned):
     """L_clip's teacher pools clips by relevance alone (the same for a video and its mirror), so it
     is computed over single-event pairs only: a batch of order and count pairs gets none."""
     import dataclasses
 
-    from models.backbone import load_backbone
-    from models.head import StreamingHeadConfig, create_head
-    from training.features import FeatureSettings, FeatureStore, build_cache
     from training.scoring import is_time_pair, pair_losses
 
     pairs = load_pairs(time_set / "train.jsonl")
-    settings = FeatureSettings(max_frames=FRAMES, clip_len=4, max_evidence=32, selection="query-aware")
-    backbone = load_backbone(tiny_checkpoint, device="cpu")
-    store = FeatureStore(
-        build_cache(
-            tmp_path, backbone=backbone, pairs=pairs, settings=settings, scoring="conditioned", progress=False
-        )
-    )
-    head = create_head(
-        StreamingHeadConfig(
-            hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, query_conditioning=True
-        ),
-        seed=0,
-    )
+    store, head = conditioned
     timed = [p for p in pairs if is_time_pair(p)]
     single = [p for p in pairs if not is_time_pair(p)]
     assert len(timed) == 8 and len(single) == 2
@@ -146,30 +151,13 @@ def test_l_clip_leaves_order_and_count_pairs_to_the_contrastive_terms(time_set, 
     assert float(pair_losses(head, store, unmarked, scoring="conditioned", clip_loss=True).clip.detach()) > 0
 
 
-def test_early_exit_tradeoff_counts_saved_clips_and_agreement_with_the_full_stream(
-    time_set, tiny_checkpoint, tmp_path
-):
+def test_early_exit_tradeoff_counts_saved_clips_and_agreement_with_the_full_stream(time_set, conditioned):
     """A gate that never fires saves nothing and agrees always; one that always fires stops every
     candidate at t_min and saves the rest of its clips (Eq. 19)."""
-    from models.backbone import load_backbone
-    from models.head import StreamingHeadConfig, create_head
-    from training.features import FeatureSettings, FeatureStore, build_cache
     from training.gate_training import exit_tradeoff, train_gate
 
     pairs = load_pairs(time_set / "train.jsonl")
-    settings = FeatureSettings(max_frames=FRAMES, clip_len=4, max_evidence=32, selection="query-aware")
-    backbone = load_backbone(tiny_checkpoint, device="cpu")
-    store = FeatureStore(
-        build_cache(
-            tmp_path, backbone=backbone, pairs=pairs, settings=settings, scoring="conditioned", progress=False
-        )
-    )
-    head = create_head(
-        StreamingHeadConfig(
-            hidden_size=64, embed_dim=64, num_heads=4, num_think_tokens=8, query_conditioning=True
-        ),
-        seed=0,
-    )
+    store, head = conditioned
     gate, _ = train_gate(head, store, pairs, epochs=3, scoring="conditioned")
     never, always = exit_tradeoff(head, gate, store, pairs, etas=(1.01, 0.0), t_min=2)
     assert never == {"eta": 1.01, "clips_saved": 0.0, "top1_agreement": 1.0}
