@@ -15,7 +15,8 @@ FEATURE_ARGS = ["--max-frames", "8", "--clip-len", "2", "--evidence-tokens", "32
 # what `qaslr train` defaulted to before the recipes were data (no --recipe, or --recipe indexable)
 PAPER_DEFAULTS = dict(
     selection="uniform", scoring="indexable", think_tokens=32, init_temperature=0.05,
-    query_conditioning=False, evidence_sink=False, identity_init=False, epochs=5, batch_size=32,
+    query_conditioning=False, evidence_sink=False, identity_init=False, query_whitening=False, epochs=5,
+    batch_size=32,
     lr=1e-4, weight_decay=0.01, lambda_step=0.1, lambda_distill=0.01, lambda_clip=0.0,
 )  # fmt: skip
 TWO_STAGE_CHANGES = dict(
