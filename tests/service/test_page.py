@@ -401,6 +401,7 @@ def test_the_page_searches_what_is_said_and_shows_the_snippet_and_its_time(drive
 
     with live_server(create_app(talking_web_settings())) as client:
         driver.get(str(client.base_url) + "/")
+        _console_errors(driver)  # start from a clean console (the module's browser is shared)
         wait = _wait(driver)
         sources = Select(driver.find_element(By.ID, "sources"))
         assert [o.get_attribute("value") for o in sources.options] == ["both", "seen", "said"]
