@@ -96,8 +96,8 @@ def recorded_args(args) -> dict:
 
 def world_workdir_and_model(args, default_name: str) -> Path:
     """Set ``args.workdir`` (default: ``default_name`` under the temp directory) and create it, and
-    return the backbone directory: ``args.model``, or the shipped tiny-world checkpoint (with the
-    rerank head it ships) written into the workdir."""
+    return the backbone directory: ``args.model``, or the shipped tiny-world checkpoint written
+    into the workdir once."""
     import tempfile
 
     args.workdir = args.workdir or str(Path(tempfile.gettempdir()) / default_name)
@@ -107,5 +107,6 @@ def world_workdir_and_model(args, default_name: str) -> Path:
     from training.backbone import tiny_world_checkpoint
 
     model = Path(args.workdir) / "tiny-world"
-    tiny_world_checkpoint(model)  # (re)written each run: a second, so the head it ships is the current one
+    if not (model / "config.json").exists():
+        tiny_world_checkpoint(model)
     return model

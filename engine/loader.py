@@ -171,12 +171,7 @@ def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: b
                 f"backbone's is {backbone.hidden_size}: it was trained for another backbone"
             )
     gate = config.rerank_gate
-    if (
-        gate is None
-        and source == "checkpoint"
-        and path is not None
-        and (path / "gate" / "gate.json").is_file()
-    ):
+    if gate is None and rerank.source == "checkpoint" and (path / "gate" / "gate.json").is_file():
         gate = path / "gate"  # the early-exit gate trained with the checkpoint's head
     if gate is not None:
         from models.gate import load_gate

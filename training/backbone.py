@@ -32,7 +32,6 @@ import hashlib
 import json
 import logging
 import math
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -43,7 +42,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.config import CHECKPOINT_HEAD_DIR
 from models.backbone import Backbone, ClipStates
 from training.world_data import Sample, WorldSampler, event_labels, token_coverage
 from world.vocab import EVENTS, ORDER_PHRASINGS, PHRASINGS, order_text
@@ -560,7 +558,7 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
         "train_minutes": recipe["train_minutes"],
         "frame_check": recipe["final"],
     }
-    out = make_checkpoint(
+    return make_checkpoint(
         directory,
         preset=PRESET,
         seed=seed,
@@ -568,10 +566,3 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
         tokenizer=assets / "tokenizer.json",
         info=info,
     )
-    head = ASSET_DIR / CHECKPOINT_HEAD_DIR
-    if seed == 0 and (head / "head_config.json").is_file():
-        # the stage-2 head trained on this backbone's features (training/tiny_world/README.md): the
-        # engine serves it by default (core.config.CHECKPOINT_HEAD_DIR); other seeds' backbones
-        # see the world through other features, so it does not fit them
-        shutil.copytree(head, Path(out) / CHECKPOINT_HEAD_DIR, dirs_exist_ok=True)
-    return out

@@ -346,7 +346,8 @@ def build_cache(
             part = [it for it in chunk if ("|cond:" in it.key) == kind]
             if not part:
                 continue
-            framesets, memo_keys, pending = [], [], set()
+            coder = conditioned if kind else encoder
+            keys, todo_sets = [], {}  # each item's memo key; the new keys' (item, frames) to encode
             for item in part:
                 if item.video.path not in infos:
                     infos[item.video.path] = probe_video(item.video.path)
@@ -355,29 +356,24 @@ def build_cache(
                 # the evidence is a function of the frames (and of the text where the prompt holds
                 # it): an item whose frames were already encoded reuses them (e.g. one candidate
                 # under each query of its set, selection keeping every frame, no text in the prompt)
-                coder = conditioned if kind else encoder
                 text = None if coder.text_conditioning == TextConditioning.NONE else item.text
-                placement = None if text is None else str(coder.text_conditioning)
-                memo_key = (item.video.path, tuple(int(i) for i in indices), placement, text)
-                memo_keys.append(memo_key)
-                if memo_key in memo or memo_key in pending:
-                    framesets.append(None)
-                    continue
-                pending.add(memo_key)
-                frames = frames_of(item.video.path, info, indices)  # decoded on demand, §A.2
-                framesets.append(VideoClip(frames=frames, frame_indices=indices, fps=info.fps))
-            todo_sets = [(it, f) for it, f in zip(part, framesets, strict=True) if f is not None]
-            if todo_sets:
-                banks = (conditioned if kind else encoder).evidence(
-                    [f for _, f in todo_sets], texts=[it.text for it, _ in todo_sets]
+                key = (
+                    item.video.path,
+                    tuple(int(i) for i in indices),
+                    text and str(coder.text_conditioning),
+                    text,
                 )
-                fresh = iter(banks)
-                for memo_key, f in zip(memo_keys, framesets, strict=True):
-                    if f is not None:
-                        bank = next(fresh)
-                        memo[memo_key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
-            for item, memo_key in zip(part, memo_keys, strict=True):
-                shard[item.key] = memo[memo_key]
+                keys.append(key)
+                if key not in memo and key not in todo_sets:
+                    frames = frames_of(item.video.path, info, indices)  # decoded on demand, §A.2
+                    todo_sets[key] = (item, VideoClip(frames=frames, frame_indices=indices, fps=info.fps))
+            if todo_sets:
+                new = list(todo_sets.values())
+                banks = coder.evidence([f for _, f in new], texts=[it.text for it, _ in new])
+                for key, bank in zip(todo_sets, banks, strict=True):
+                    memo[key] = (bank.tokens.to(torch.float16).cpu(), bank.mask.cpu())
+            for item, key in zip(part, keys, strict=True):
+                shard[item.key] = memo[key]
         bar.update(len(chunk))
         if len(shard) >= shard_size:
             flush()

@@ -87,6 +87,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
 
 
+def _write(out: str, config, make) -> int:
+    """Build the set's config (``config()``), refusing a bad one with its message (exit 2), then write
+    the set with ``make(out, config)`` and print each split's file."""
+    try:
+        built = config()
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    for split, path in make(out, built).items():
+        print(f"{split}: {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from training.synthetic import RetrievalSetConfig, SyntheticConfig, make_retrieval_set, make_synthetic
 
@@ -94,20 +107,18 @@ def run(args: argparse.Namespace) -> int:
         from training.time_set import TimeSetConfig, make_time_set
 
         n = (args.families, args.val_families)
-        try:
-            config = TimeSetConfig(order_families=n, count_families=n, singles=n, seed=args.seed)
-        except ValueError as exc:
-            print(f"error: {exc}")
-            return 2
-        for split, path in make_time_set(args.out, config).items():
-            print(f"{split}: {path}")
-        return 0
+        return _write(
+            args.out,
+            lambda: TimeSetConfig(order_families=n, count_families=n, singles=n, seed=args.seed),
+            make_time_set,
+        )
     if args.kind == "retrieval":
         d = RetrievalSetConfig()
         splits = ("train_corpora", "val_corpora", "test_corpora")
         corpora = dict(zip(splits, args.corpora, strict=True)) if args.corpora else {}
-        try:
-            config = RetrievalSetConfig(
+        return _write(
+            args.out,
+            lambda: RetrievalSetConfig(
                 min_duration_s=args.min_duration or d.min_duration_s,
                 max_duration_s=args.max_duration or d.max_duration_s,
                 candidates=args.candidates
@@ -117,16 +128,13 @@ def run(args: argparse.Namespace) -> int:
                 count_pairs=args.count_pairs,
                 seed=args.seed,
                 **corpora,
-            )
-        except ValueError as exc:
-            print(f"error: {exc}")
-            return 2
-        for split, path in make_retrieval_set(args.out, config).items():
-            print(f"{split}: {path}")
-        return 0
+            ),
+            make_retrieval_set,
+        )
     d = SyntheticConfig()
-    try:
-        config = SyntheticConfig(
+    return _write(
+        args.out,
+        lambda: SyntheticConfig(
             train_videos=args.train_videos,
             val_videos=args.val_videos,
             test_videos=args.test_videos,
@@ -137,11 +145,6 @@ def run(args: argparse.Namespace) -> int:
             windows=args.windows,
             candidates=args.candidates,
             seed=args.seed,
-        )
-    except ValueError as exc:
-        print(f"error: {exc}")
-        return 2
-    written = make_synthetic(args.out, config)
-    for split, path in written.items():
-        print(f"{split}: {path}")
-    return 0
+        ),
+        make_synthetic,
+    )
