@@ -78,6 +78,7 @@ def recorded_args(args) -> dict:
     """A benchmark's arguments as its JSON records them: local paths (the workdir, the output file)
     left out, and a head's or model's path cut to its folder's name, since they name one machine's
     folders and say nothing about the measurement."""
+
     def named(v):  # "NAME=DIR" (a head) -> NAME and the folder's own name
         if isinstance(v, str) and "=" in v and os.sep in v:
             name, _, path = v.partition("=")
