@@ -43,6 +43,7 @@ DEFAULT_MAX_EVIDENCE = 256  # M: evidence tokens kept per clip
 # (the tiny-world checkpoint does: `qaslr make-checkpoint --preset tiny-world`); the engine serves it
 # when no head is named (engine.loader.load_rerank_model).
 CHECKPOINT_HEAD_DIR = "rerank_head"
+CHECKPOINT_TIME_HEAD_DIR = "time_head"  # a checkpoint's own time head (models.time_head), served by default
 
 # -- the frame bank (candidate frames for stage 2) -------------------------------------------------
 BANK_PER_SECOND = 1.0  # candidate frames per second of video

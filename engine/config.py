@@ -40,6 +40,10 @@ class EngineConfig:
     # serve the checkpoint's own rerank head (core.config.CHECKPOINT_HEAD_DIR) when neither
     # rerank_head nor an index head is named; False: one-shot stage 2 for a one-shot index
     checkpoint_head: bool = True
+    # the time head for queries about order and count (models.time_head); default: the checkpoint's
+    # own time_head/ folder (core.config.CHECKPOINT_TIME_HEAD_DIR) unless checkpoint_time_head is off
+    time_head: Path | None = None
+    checkpoint_time_head: bool = True
     device: str = "auto"  # auto (cuda if available), cpu, cuda, cuda:1
     dtype: str = "auto"  # auto = bfloat16 on CUDA, float32 on CPU
     frame_size: int | None = None  # override the working resolution (default: the index's)

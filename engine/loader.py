@@ -136,6 +136,10 @@ class RerankModel:
     fingerprint: str | None = None
     gate: object | None = None
     source: str | None = None  # "QASLR_RERANK_HEAD", or "checkpoint" for the backbone's own head
+    # the time head (models.time_head) for queries about order and count, and where it came from
+    time_head: object | None = None
+    time_fingerprint: str | None = None
+    time_source: str | None = None  # "QASLR_TIME_HEAD", or "checkpoint" (MODEL/time_head/)
 
 
 def checkpoint_head_dir(model: str) -> Path | None:
@@ -170,6 +174,7 @@ def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: b
                 f"the rerank head ({source}) expects hidden size {rerank.head.config.hidden_size}, but the "
                 f"backbone's is {backbone.hidden_size}: it was trained for another backbone"
             )
+    _load_time_head(rerank, config, backbone)
     gate = config.rerank_gate
     if gate is None and rerank.source == "checkpoint" and (path / "gate" / "gate.json").is_file():
         gate = path / "gate"  # the early-exit gate trained with the checkpoint's head
@@ -181,6 +186,38 @@ def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: b
         except (OSError, ValueError, KeyError) as exc:
             raise ConfigurationError(f"the early-exit gate cannot be loaded: {summarize(exc)}") from exc
     return rerank
+
+
+def _load_time_head(rerank: RerankModel, config: EngineConfig, backbone: Backbone) -> None:
+    """The time head ``config`` names (QASLR_TIME_HEAD), else the checkpoint's own ``time_head/``
+    (core.config.CHECKPOINT_TIME_HEAD_DIR) unless ``checkpoint_time_head`` is off. Its inputs are this
+    backbone's embeddings: a head trained on another backbone is refused when named, and a
+    checkpoint's is not served (with a warning)."""
+    from core.config import CHECKPOINT_TIME_HEAD_DIR
+    from models.time_head import TIME_CONFIG_FILENAME, load_time_head, time_head_fingerprint
+
+    path, source = config.time_head, "QASLR_TIME_HEAD"
+    if path is None and config.checkpoint_time_head:
+        path, source = Path(config.model) / CHECKPOINT_TIME_HEAD_DIR, "checkpoint"
+        if not (path / TIME_CONFIG_FILENAME).is_file():
+            return
+    if path is None:
+        return
+    try:
+        head = load_time_head(path)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ConfigurationError(f"the time head cannot be loaded: {summarize(exc)}") from exc
+    trained_on = head.config.backbone
+    if trained_on is not None and trained_on != backbone.fingerprint:
+        message = (
+            f"the time head ({source}) was trained on backbone {trained_on}, not this one "
+            f"({backbone.fingerprint}): train one for it with `qaslr train-time-head`"
+        )
+        if source != "checkpoint":
+            raise ConfigurationError(message)
+        logger.warning("not serving the checkpoint's time head: %s", message)
+        return
+    rerank.time_head, rerank.time_fingerprint, rerank.time_source = head, time_head_fingerprint(path), source
 
 
 def _searcher_for(
@@ -250,6 +287,7 @@ def _searcher_for(
         oneshot_encoder=oneshot_encoder,
         gate=gate,
         batcher=batcher,
+        time_head=rerank.time_head,
     )
     return encoder, searcher
 
@@ -392,6 +430,9 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         # which head streams stage 2 (None: one-shot): the checkpoint's, QASLR_RERANK_HEAD's, the index's
         "rerank_head_source": (rerank.source or "index") if searcher.reranker.streaming else None,
         "early_exit_gate": rerank.gate is not None,
+        # queries about order and count (engine.tiers.timehead): the time head's digest and source
+        "time_head": rerank.time_fingerprint,
+        "time_head_source": rerank.time_source,
         "cascade": {"heavy": config.heavy, "heavy_margin": config.heavy_margin},
         "min_relevance": MIN_RELEVANCE,
         "batching": None

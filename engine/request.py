@@ -206,3 +206,19 @@ def resolve_request(request, cfg: SearcherConfig, *, can_exit: bool = False) -> 
         update_chunk=get("update_chunk"),
         notes=notes,
     )
+
+
+def unknown_filter_keys(index, flt: dict) -> list[str]:
+    """A filter on a key no video of the index has matches nothing: say so, and name the keys
+    the index knows (its videos' metadata keys and the built-in fields)."""
+    known_of = getattr(index, "metadata_keys", None)
+    if known_of is None:
+        return []
+    known = known_of(builtin=True)
+    unknown = sorted(k for k in flt if k not in known)
+    if not unknown:
+        return []
+    names = ", ".join(f"'{k}'" for k in unknown)
+    return [
+        f"filter: no video of this index has {names} (so nothing matches); known keys: {', '.join(known)}"
+    ]

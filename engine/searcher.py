@@ -49,7 +49,7 @@ from engine.moments import (
 )
 from engine.refine import MomentRefiner
 from engine.relevance import NullSample, relevance
-from engine.request import InvalidRequest, SearcherConfig, SearchParams, resolve_request
+from engine.request import InvalidRequest, SearcherConfig, SearchParams, resolve_request, unknown_filter_keys
 from engine.spoken import (
     combined_relevance,
     cue_clip,
@@ -65,6 +65,7 @@ from engine.spoken import (
 from engine.temporal import asks_for_time
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
+from engine.tiers.timehead import TimeTier
 from models.selection import query_key
 from models.streaming import VideoEncoder
 
@@ -194,6 +195,7 @@ class Searcher:
         oneshot_encoder: VideoEncoder | None = None,
         gate=None,
         batcher=None,
+        time_head=None,
     ):
         self.encoder = encoder
         self.index = index
@@ -238,6 +240,7 @@ class Searcher:
 
             serialize_processor(getattr(encoder, "backbone", None))
         self.frame_tier = FrameTier(index, aggregate=config.frame_aggregate)
+        self.time_tier = None if time_head is None else TimeTier(index, encoder, time_head)
         self.null_sample: NullSample | None = None
         backbone = getattr(encoder, "backbone", None)
         self.refiner = (
@@ -342,7 +345,7 @@ class Searcher:
                     allowed = self.index.filter_ids(p.filter)
                 except (ValueError, TypeError, KeyError) as exc:
                     raise InvalidRequest("filter", str(exc) or "malformed filter") from exc
-                result.warnings += self._unknown_filter_keys(p.filter)
+                result.warnings += unknown_filter_keys(self.index, p.filter)
         if allowed is not None and not allowed:
             result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
             return result
@@ -435,30 +438,21 @@ class Searcher:
         result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
         return result
 
-    def _unknown_filter_keys(self, flt: dict) -> list[str]:
-        """A filter on a key no video of the index has matches nothing: say so, and name the keys
-        the index knows (its videos' metadata keys and the built-in fields)."""
-        known_of = getattr(self.index, "metadata_keys", None)
-        if known_of is None:
-            return []
-        known = known_of(builtin=True)
-        unknown = sorted(k for k in flt if k not in known)
-        if not unknown:
-            return []
-        names = ", ".join(f"'{k}'" for k in unknown)
-        return [
-            f"filter: no video of this index has {names} (so nothing matches); known keys: {', '.join(known)}"
-        ]
-
     def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
         """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot
         or the streaming head) over the frame tier's top ``p.heavy`` only, and only when the frame
         tier's first two scores lie within ``p.heavy_margin`` (its answer is too close to call) or the
         query asks about order or count and the heavy tier is a streaming head. The heavy tier orders
         what it scored, by its own score, above the rest, which keep the frame tier's order: one
-        score space per ranked group, and every hit says which tier ranked it."""
+        score space per ranked group, and every hit says which tier ranked it. A query about order
+        or count that the server's time head answers goes to the time tier instead, over all R
+        (it reads the frame banks: no candidate is re-encoded)."""
         hits = self.frame_tier.run(request, hits)
         m = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
+        plan = self.time_tier.plan(request.query) if m and self.time_tier is not None else None
+        if plan is not None:  # order or count: the time head reads every candidate (engine.tiers.timehead)
+            result.rerank_embedder = TimeTier.name
+            return self.time_tier.run(request, hits, plan)
         if m and p.heavy_margin is not None and len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
             timed = self.reranker.streaming and asks_for_time(request.query)  # engine.temporal

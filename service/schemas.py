@@ -374,7 +374,7 @@ class SearchResult(BaseModel):
     timeline: Timeline | None = Field(None, description="relevance over time (with include_evidence)")
     tier: str | None = Field(
         None,
-        description="the tier whose score ranks this result: `frame`, `oneshot` or `head`; null: stage 1",
+        description="the tier whose score ranks this result: `frame`, `oneshot`, `head`, or `time` (the time head, for a query about order or count); null: stage 1",
     )
     relevance: float | None = Field(
         None,
@@ -468,7 +468,7 @@ class SearchResponse(BaseModel):
     embedder: str
     rerank_embedder: str | None = Field(
         None,
-        description="what stage 2 re-encoded with (qaslr: a streaming head; oneshot); null in indexed mode",
+        description="what stage 2 re-encoded with (qaslr: a streaming head; oneshot), or `time` when the time head ranked a query about order or count; null in indexed mode",
     )
     shortlist: int
     frames: int

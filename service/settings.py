@@ -45,6 +45,16 @@ class Settings(BaseSettings):
         "tiny-world checkpoint does) when neither QASLR_RERANK_HEAD nor QASLR_HEAD is set; false: "
         "one-shot stage 2",
     )
+    time_head: Path | None = Field(
+        None,
+        description="time head for queries about order and count (trained by `qaslr train-time-head`); "
+        "default: the checkpoint's own time_head/ folder (the tiny-world checkpoint ships one)",
+    )
+    checkpoint_time_head: bool = Field(
+        _E.checkpoint_time_head,
+        description="serve the time head a local checkpoint ships in its time_head/ folder when "
+        "QASLR_TIME_HEAD is not set; false: order and count queries go through the cascade like any other",
+    )
     rerank_gate: Path | None = Field(
         None, description="early-exit gate directory for stage 2 (written by `qaslr train --gate-epochs`)"
     )

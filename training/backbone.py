@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import math
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -42,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.config import CHECKPOINT_TIME_HEAD_DIR
 from models.backbone import Backbone, ClipStates
 from training.world_data import Sample, WorldSampler, event_labels, token_coverage
 from world.vocab import EVENTS, ORDER_PHRASINGS, PHRASINGS, order_text
@@ -558,7 +560,7 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
         "train_minutes": recipe["train_minutes"],
         "frame_check": recipe["final"],
     }
-    return make_checkpoint(
+    out = make_checkpoint(
         directory,
         preset=PRESET,
         seed=seed,
@@ -566,3 +568,7 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
         tokenizer=assets / "tokenizer.json",
         info=info,
     )
+    shipped = ASSET_DIR / CHECKPOINT_TIME_HEAD_DIR
+    if seed == 0 and shipped.is_dir():  # the time head trained on these weights, served by default
+        shutil.copytree(shipped, Path(out) / CHECKPOINT_TIME_HEAD_DIR, dirs_exist_ok=True)
+    return out

@@ -25,6 +25,6 @@ def encoding_tier(encoder, index, frames, **options) -> Tier:
 
 
 # the tiers register on import (one module each)
-from engine.tiers import frame, head, oneshot  # noqa: E402,F401
+from engine.tiers import frame, head, oneshot, timehead  # noqa: E402,F401
 
 __all__ = ["TIERS", "RerankStats", "Tier", "TierRequest", "encoding_tier", "register"]

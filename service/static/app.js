@@ -63,7 +63,7 @@ async function errorOf(response) {
 }
 
 // -- server status and media token ---------------------------------------------------------------
-const HEAD_SOURCES = { checkpoint: "the checkpoint's head", QASLR_RERANK_HEAD: "rerank head", index: "the index's head" };
+const HEAD_SOURCES = { checkpoint: "the checkpoint's head", QASLR_RERANK_HEAD: "rerank head", QASLR_TIME_HEAD: "QASLR_TIME_HEAD", index: "the index's head" };
 async function loadStatus() {
   try {
     const r = await fetch("/readyz");
@@ -72,6 +72,8 @@ async function loadStatus() {
       let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: ${body.rerank}`;
       // which head streams stage 2: the checkpoint's own, one named by QASLR_RERANK_HEAD, or the index's
       if (body.rerank_head_source) text += ` (${HEAD_SOURCES[body.rerank_head_source] || body.rerank_head_source}${body.rerank_head ? " " + body.rerank_head : ""})`;
+      // queries about order and count go to the time head when one serves (engine.tiers.timehead)
+      if (body.time_head_source) text += ` · order and count: time head (${HEAD_SOURCES[body.time_head_source] || body.time_head_source}${body.time_head ? " " + body.time_head : ""})`;
       if (body.random_weights) text += " · ⚠ random weights: rankings are meaningless";
       $("server").textContent = text;
       $("shapes-world").hidden = !body.shapes_world;
@@ -363,7 +365,7 @@ function seek(card, seconds, play) {
   if (play) video.play().catch(() => {});
 }
 
-const TIER_LABELS = { frame: "frame tier", oneshot: "one-shot tier", head: "head tier" };
+const TIER_LABELS = { frame: "frame tier", oneshot: "one-shot tier", head: "head tier", time: "time head (order, count)" };
 // the server's documented threshold (core.config.MIN_RELEVANCE; /readyz says it as min_relevance)
 let MIN_RELEVANCE = 0.85;
 

@@ -1,0 +1,184 @@
+"""The time head: a streaming memory that reads a video in order against a query's events.
+
+A best-frame score (the frame tier) or a pooled one (one-shot encoding) cannot tell "A, then B" from
+its mirror "B, then A", nor one showing of A from two: each frame is judged alone, or every frame
+is mixed into one vector. A memory that reads the frames in chronological order can. This head is
+such a memory, kept small and trained on what the backbone already sees well (single events):
+
+    query   -> events e_1..e_S and a condition c (models.time_query: "order", "count:1", "count:2")
+    p_k     =  backbone text embedding of event phrase e_k                       (one call per event)
+    x_t[k]  =  p_k · f_t  -  median_t' p_k · f_t'                                 f_t: the video's frame
+                                                                                  bank, in time order
+    H_0     =  tanh(C[c])                                     the memory starts from the condition
+                                                              (the conditioning input c of Eq. 4)
+    H_t     =  GRU(H_{t-1}, W_in (s · x_t))                   one memory update per bank frame, the
+                                                              role of Eq. 6-8's U_phi(H_{t-1}, E_t)
+    y_t     =  w · H_t + b                                    a readout after every step (Eq. 9-10);
+                                                              the candidate's score is y_T
+
+The per-video median makes x_t the frame's relevance above the video's own background, so a
+haystack that matches an event phrase a little everywhere does not look like a showing. The score
+lives in one space for one query: every candidate of a ranking is read by the same head under the
+same condition. Frames come from the index's frame bank (about one a second, stored at build time),
+so the head calls no backbone on the video side; the query side costs one text embedding per event.
+
+This is our head, not the paper's Eq. 6-10 head over re-encoded clips (models.head): its memory
+holds a few numbers per event instead of think tokens over evidence tokens, which is what lets a
+few hundred rendered pairs teach it order and count (training/time_head.py; training/README.md
+"The time head" has the measurements and the command that reproduces the shipped weights).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from core.files import atomic_path
+
+__all__ = [
+    "TIME_CONFIG_FILENAME",
+    "TIME_WEIGHTS_FILENAME",
+    "TimeHead",
+    "TimeHeadConfig",
+    "event_relevance",
+    "load_time_head",
+    "save_time_head",
+    "time_head_fingerprint",
+]
+
+TIME_CONFIG_FILENAME = "time_head.json"
+TIME_WEIGHTS_FILENAME = "time_head.safetensors"
+
+
+@dataclass
+class TimeHeadConfig:
+    hidden: int = 32  # the memory's size
+    max_events: int = 2  # S: event slots per query (order of two, or one counted event)
+    conditions: tuple[str, ...] = ("order", "count:1", "count:2")  # what it was trained to answer
+    input_scale: float = 10.0  # s: bank cosines above the median are a few tenths
+    # recorded by training: the backbone the event embeddings and frame banks came from
+    backbone: str | None = None
+    trained: dict = field(default_factory=dict)  # data, steps, seed, validation numbers
+
+    def __post_init__(self) -> None:
+        self.conditions = tuple(self.conditions)
+        if self.hidden < 1 or self.max_events < 1 or not self.conditions:
+            raise ValueError("a time head needs hidden >= 1, max_events >= 1 and one condition at least")
+
+    def supports(self, condition: str, events: int) -> bool:
+        return condition in self.conditions and 1 <= events <= self.max_events
+
+
+def event_relevance(bank: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """x_t[k] = p_k · f_t - median_t p_k · f_t: [T, S] for a bank [T, d] and event embeddings [S, d]."""
+    r = np.asarray(bank, dtype=np.float32) @ np.asarray(events, dtype=np.float32).T
+    if len(r) == 0:
+        return r
+    return r - np.median(r, axis=0, keepdims=True)
+
+
+class TimeHead(nn.Module):
+    """The memory (module docstring). :meth:`forward` reads a batch of candidates of any lengths."""
+
+    def __init__(self, config: TimeHeadConfig):
+        super().__init__()
+        self.config = config
+        h = config.hidden
+        self.condition = nn.Embedding(len(config.conditions), h)
+        self.inp = nn.Linear(config.max_events, h)
+        self.memory = nn.GRU(h, h, batch_first=True)
+        self.readout = nn.Linear(h, 1)
+
+    def condition_index(self, condition: str) -> int:
+        try:
+            return self.config.conditions.index(condition)
+        except ValueError:
+            raise ValueError(
+                f"this time head answers {', '.join(self.config.conditions)}, not {condition!r}"
+            ) from None
+
+    def forward(self, x: Tensor, lengths: Tensor, condition: Tensor) -> tuple[Tensor, Tensor]:
+        """``x`` [B, T, S] event relevance (zero-padded past each row's length, and past its events),
+        ``lengths`` [B], ``condition`` [B] indices. Returns the readouts after every step [B, T]
+        (steps past a row's length are meaningless) and each row's final score y_T [B]."""
+        h0 = torch.tanh(self.condition(condition)).unsqueeze(0)  # [1, B, H]
+        states, _ = self.memory(self.inp(x * self.config.input_scale), h0)
+        steps = self.readout(states).squeeze(-1)  # [B, T]
+        last = (lengths.clamp(min=1) - 1).long()
+        final = steps.gather(1, last[:, None]).squeeze(1)
+        return steps, final
+
+    @torch.no_grad()
+    def score(self, relevance: list[np.ndarray], condition: str) -> list[tuple[float, np.ndarray]]:
+        """(y_T, y_1..y_T) of each candidate, from its :func:`event_relevance` [T_i, S'] (S' <= S)."""
+        if not relevance:
+            return []
+        x, lengths = pad(relevance, self.config.max_events)
+        cond = torch.full((len(relevance),), self.condition_index(condition), dtype=torch.long)
+        steps, final = self(x, lengths, cond)
+        out = []
+        for i, n in enumerate(lengths.tolist()):
+            if n == 0:  # an empty bank: nothing seen, the lowest score
+                out.append((float("-inf"), np.zeros(0, np.float32)))
+            else:
+                out.append((float(final[i]), steps[i, :n].numpy().copy()))
+        return out
+
+
+def pad(relevance: list[np.ndarray], max_events: int) -> tuple[Tensor, Tensor]:
+    """Stack [T_i, S_i] arrays into a zero-padded [B, max T, max_events] tensor and their lengths."""
+    lengths = torch.tensor([len(r) for r in relevance], dtype=torch.long)
+    x = torch.zeros(len(relevance), max(1, int(lengths.max())), max_events)
+    for i, r in enumerate(relevance):
+        if len(r):
+            r = np.asarray(r, dtype=np.float32)
+            if r.ndim != 2 or r.shape[1] > max_events:
+                raise ValueError(f"event relevance must be [T, <= {max_events}], got {r.shape}")
+            x[i, : len(r), : r.shape[1]] = torch.from_numpy(r)
+    return x, lengths
+
+
+def save_time_head(head: TimeHead, directory: str | Path) -> Path:
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    with atomic_path(directory / TIME_WEIGHTS_FILENAME) as tmp:
+        save_file(state, str(tmp))
+    with atomic_path(directory / TIME_CONFIG_FILENAME) as tmp:
+        Path(tmp).write_text(json.dumps(asdict(head.config), indent=2, sort_keys=True) + "\n")
+    return directory
+
+
+def load_time_head(directory: str | Path) -> TimeHead:
+    """A time head saved by :func:`save_time_head` (ValueError names what is missing or wrong)."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    config_file, weights = directory / TIME_CONFIG_FILENAME, directory / TIME_WEIGHTS_FILENAME
+    if not config_file.is_file() or not weights.is_file():
+        raise ValueError(
+            f"a time head needs {TIME_CONFIG_FILENAME} and {TIME_WEIGHTS_FILENAME} in its folder"
+        )
+    try:
+        config = TimeHeadConfig(**json.loads(config_file.read_text()))
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{TIME_CONFIG_FILENAME} is not a time head's config: {exc}") from exc
+    head = TimeHead(config)
+    head.load_state_dict(load_file(str(weights)))
+    return head.eval()
+
+
+def time_head_fingerprint(directory: str | Path) -> str:
+    """A short digest of the head's weights and config (what /readyz shows)."""
+    digest = hashlib.sha256()
+    for name in (TIME_CONFIG_FILENAME, TIME_WEIGHTS_FILENAME):
+        digest.update((Path(directory) / name).read_bytes())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,98 @@
+"""Train the time head (models/time_head.py): the streaming memory that answers queries about order
+("a red square appears, then a blue circle appears") and count ("... appears twice") by reading a
+video's frame bank in time order against each event of the query.
+
+It renders shapes-world videos (mirror pairs, once / twice pairs, single events; cached under
+--workdir), indexes them with the backbone, trains on --train-seeds' renders and measures on
+--val-seed's, a render the head never saw: pair accuracy (right video above its partner; chance
+0.5), Hit@1 over the split, and the Table 5 controls (shuffled, reversed, reset memory, last frame
+only). OUT/time_head.json records the settings and those numbers. The weights shipped in
+training/tiny_world/time_head/ are this command with its defaults (training/README.md, "The time
+head", gives the time it takes). Serve a head with QASLR_TIME_HEAD=OUT, or put it in a checkpoint's
+time_head/ folder, which is served by default."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", help="output directory for the head")
+    p.add_argument("--model", default=None, help="backbone checkpoint (default: the shipped tiny-world one)")
+    p.add_argument("--workdir", default=None, help="renders and indexes, reused by later runs "
+                   "(default: qaslr-time-head under the temp directory)")  # fmt: skip
+    p.add_argument("--train-seeds", type=int, nargs="+", default=[1], help="renders to train on")
+    p.add_argument("--val-seed", type=int, default=2, help="the held-out render measured at the end")
+    p.add_argument("--order-pairs", type=int, default=24, help="mirror pairs per training render")
+    p.add_argument(
+        "--count-pairs", type=int, default=24, help="once / twice pairs per training render (<= 32)"
+    )
+    p.add_argument("--singles", type=int, default=12, help="single-event videos per render (negatives)")
+    p.add_argument("--min-s", type=float, default=40.0, help="shortest training video, seconds")
+    p.add_argument("--max-s", type=float, default=150.0, help="longest training video, seconds")
+    p.add_argument("--val-pairs", type=int, default=12, help="order and count pairs of the held-out render")
+    p.add_argument("--val-singles", type=int, default=8, help="single-event videos of the held-out render")
+    p.add_argument("--val-min-s", type=float, default=60.0, help="shortest held-out video, seconds")
+    p.add_argument("--val-max-s", type=float, default=240.0, help="longest held-out video, seconds")
+    p.add_argument("--steps", type=int, default=1500, help="optimizer steps")
+    p.add_argument("--step-weight", type=float, default=0.0,
+                   help="weight of the readouts after 25/50/75 %% of the frames (Eq. 14's step term)")  # fmt: skip
+    p.add_argument("--hidden", type=int, default=32, help="the memory's size")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sampled negatives")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from models.backbone import checkpoint_fingerprint
+    from training.time_head import CONTROLS, evaluate, load_split, merge, save, train_time_head
+
+    torch.set_num_threads(args.threads)
+    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-time-head")
+    work.mkdir(parents=True, exist_ok=True)
+    if args.model:
+        model = Path(args.model).resolve()
+    else:
+        from training.backbone import tiny_world_checkpoint
+
+        model = work / "tiny-world"
+        if not (model / "config.json").exists():
+            tiny_world_checkpoint(model)
+    t0 = time.perf_counter()
+    lengths = {"min_s": args.min_s, "max_s": args.max_s}
+    train = merge([
+        load_split(work, seed, model, order_pairs=args.order_pairs, count_pairs=args.count_pairs,
+                   singles=args.singles, **lengths)
+        for seed in args.train_seeds
+    ])  # fmt: skip
+    val = load_split(work, args.val_seed, model, order_pairs=args.val_pairs, count_pairs=args.val_pairs,
+                     singles=args.val_singles, min_s=args.val_min_s, max_s=args.val_max_s)  # fmt: skip
+    data_s = time.perf_counter() - t0
+    print(f"data: {len(train.queries)} training queries, {len(val.queries)} held-out ({data_s:.0f} s)")
+    t1 = time.perf_counter()
+    head = train_time_head(train, steps=args.steps, step_weight=args.step_weight, hidden=args.hidden,
+                           seed=args.seed, val=val)  # fmt: skip
+    train_s = time.perf_counter() - t1
+    measured = evaluate(head, val, CONTROLS)
+    print(f"{'held-out':<16} {'pair':>6} {'order':>6} {'count':>6} {'Hit@1':>6}")
+    for control, m in measured.items():
+        print(f"{control:<16} {m['pair']:6.3f} {m['order']:6.3f} {m['count']:6.3f} {m['hit@1']:6.3f}")
+    settings = {
+        k: v for k, v in vars(args).items() if k not in ("out", "model", "workdir", "_run", "log_level")
+    }
+    trained = {
+        "command": "qaslr train-time-head",
+        "settings": settings,
+        "train_queries": len(train.queries),
+        "data_s": round(data_s, 1),
+        "train_s": round(train_s, 1),
+        "held_out": measured,
+    }
+    out = save(head, Path(args.out), backbone=checkpoint_fingerprint(model), trained=trained)
+    print(f"time head written to {out} (data {data_s:.0f} s, training {train_s:.0f} s)")
+    return 0

@@ -1,0 +1,237 @@
+"""Training and measuring the time head (models.time_head) on rendered order and count pairs.
+
+    qaslr train-time-head OUT [--workdir W] [--train-seeds 0 1] [--val-seed 100] [--order-pairs 24]
+        [--count-pairs 24] [--singles 16] [--min-s 40] [--max-s 180] [--steps 1500] [--seed 0]
+
+The data is what serving hands the head, computed by the production path: world videos rendered by
+``world.corpus`` (mirror pairs A-then-B / B-then-A, once / twice pairs over one haystack, and
+single-event videos as further negatives), indexed by ``indexer.build_index`` with the backbone (its
+frame bank: about one embedding per second), and each query's events embedded by the same
+``VideoEncoder.embed_queries`` the search engine calls. A query's candidates are every video of its
+split; its partner (the mirror, the other count) is always among the ones a step samples.
+
+The loss is listwise: softmax cross-entropy of the right video's final readout y_T against the
+sampled candidates' (the contrastive form of Eq. 11, with the head's score in place of q·z). With
+``step_weight`` > 0 the readouts after 25, 50 and 75 % of each candidate's frames are trained the
+same way (the step-wise term of Eq. 14; a partial readout may not have seen the evidence yet, as
+§A.8 says, so it is weighted low).
+
+Measured on a held-out render (another seed): pair accuracy (the right video above its partner;
+chance 0.5), Hit@1 over the whole split, and the Table 5 controls of §A.6 applied at inference:
+shuffled and reversed frames, reset memory (the memory restarts from H_0 before every frame and
+the best of those one-frame readouts is the score: every frame is still used) and last frame only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from models.time_head import TimeHead, TimeHeadConfig, event_relevance, pad, save_time_head
+from models.time_query import parse_time_query
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TimeQueryItem", "TimeSplit", "evaluate", "load_split", "merge", "save", "train_time_head"]
+
+CONTROLS = ("full", "shuffled", "reversed", "reset memory", "last frame only")
+
+
+@dataclass
+class TimeQueryItem:
+    text: str
+    condition: str
+    right: str  # video key
+    partner: str  # its pair partner's key
+    relevance: dict[str, np.ndarray]  # video key -> event relevance [T, S]
+
+
+@dataclass
+class TimeSplit:
+    """One rendered, indexed split: its queries (each with every video's event relevance)."""
+
+    queries: list[TimeQueryItem] = field(default_factory=list)
+    videos: list[str] = field(default_factory=list)
+
+
+def render_split(work: Path, seed: int, *, order_pairs: int, count_pairs: int, singles: int, min_s: float,
+                 max_s: float) -> list:  # fmt: skip
+    """The split's corpora (order pairs, count pairs, single events), rendered once under ``work``."""
+    from world.corpus import CorpusConfig, make_corpus
+
+    lengths = {"min_duration_s": min_s, "max_duration_s": max_s}
+    out = []
+    if order_pairs:
+        config = CorpusConfig(videos=0, order_pairs=order_pairs, seed=7000 + seed, prefix="o", **lengths)
+        out.append(make_corpus(work / f"time-order-{seed}", config, progress=True))
+    if count_pairs:
+        config = CorpusConfig(videos=0, count_pairs=count_pairs, seed=8000 + seed, prefix="c", **lengths)
+        out.append(make_corpus(work / f"time-count-{seed}", config, progress=True))
+    if singles:
+        config = CorpusConfig(videos=singles, seed=9000 + seed, prefix="s", **lengths)
+        out.append(make_corpus(work / f"time-single-{seed}", config, progress=True))
+    return out
+
+
+def load_split(work: Path, seed: int, model: Path, **render) -> TimeSplit:
+    """Render, index and read one split (module docstring)."""
+    from indexer import BuildOptions, build_index
+    from indexer.assembly import encoder_for, load_model_for_index
+    from indexer.store import IndexReader
+
+    corpora = render_split(work, seed, **render)
+    banks: dict[str, np.ndarray] = {}
+    encoder = None
+    texts: list[tuple[str, str, str]] = []  # (query, right key, partner key)
+    for corpus in corpora:
+        index_dir = work / f"index-{corpus.root.name}-{model.name}"
+        build_index(corpus.manifest, index_dir, BuildOptions(model=str(model), embedder="oneshot"))
+        reader = IndexReader(index_dir)
+        try:
+            if encoder is None:
+                loaded = load_model_for_index(reader.manifest, model, head_dir=None)
+                encoder = encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
+            for video in corpus.videos:
+                key = f"{corpus.root.name}/{video.id}"
+                banks[key] = np.asarray(reader.frame_bank(video.id).embeddings, dtype=np.float32)
+        finally:
+            reader.close()
+        by_group: dict[str, list[str]] = {}
+        for video in corpus.videos:
+            if video.group:
+                by_group.setdefault(video.group, []).append(video.id)
+        for video in corpus.videos:
+            if video.kind not in ("order", "count"):
+                continue
+            partner = next(v for v in by_group[video.group] if v != video.id)
+            for text in video.queries:
+                texts.append((text, f"{corpus.root.name}/{video.id}", f"{corpus.root.name}/{partner}"))
+    split = TimeSplit(videos=sorted(banks))
+    for text, right, partner in texts:
+        parsed = parse_time_query(text)
+        if parsed is None:
+            raise ValueError(f"the world's query {text!r} does not parse as an order or a count")
+        events = encoder.embed_queries(list(parsed.events)).float().numpy()
+        relevance = {key: event_relevance(bank, events) for key, bank in banks.items()}
+        split.queries.append(TimeQueryItem(text, parsed.condition, right, partner, relevance))
+    return split
+
+
+def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int):
+    """Rows for a step: per query its right video (column 0), its partner, and sampled others."""
+    rows, conds = [], []
+    for item in items:
+        others = [v for v in item.relevance if v not in (item.right, item.partner)]
+        picked = list(rng.choice(len(others), size=min(negatives, len(others)), replace=False))
+        keys = [item.right, item.partner] + [others[i] for i in picked]
+        rows.extend(item.relevance[k] for k in keys)
+        conds.extend([head.condition_index(item.condition)] * len(keys))
+    x, lengths = pad(rows, head.config.max_events)
+    return x, lengths, torch.tensor(conds), len(keys)
+
+
+def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, negatives: int = 14,
+                    lr: float = 1e-2, step_weight: float = 0.0, hidden: int = 32, seed: int = 0,
+                    val: TimeSplit | None = None, log_every: int = 250) -> TimeHead:  # fmt: skip
+    """Fit a head on ``train`` (module docstring); returns it in eval mode."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    conditions = tuple(sorted({q.condition for q in train.queries}))
+    head = TimeHead(TimeHeadConfig(hidden=hidden, conditions=conditions))
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        head.train()
+        items = [train.queries[i] for i in rng.choice(len(train.queries), size=batch, replace=False)]
+        x, lengths, cond, per = _batch(items, head, rng, negatives)
+        steps_out, final = head(x, lengths, cond)
+        target = torch.zeros(len(items), dtype=torch.long)
+        loss = F.cross_entropy(final.view(len(items), per), target)
+        if step_weight > 0:
+            for frac in (0.25, 0.5, 0.75):
+                at = (lengths.float() * frac).ceil().long().clamp(min=1) - 1
+                partial = steps_out.gather(1, at[:, None]).squeeze(1)
+                loss = loss + step_weight / 3 * F.cross_entropy(partial.view(len(items), per), target)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if log_every and (step % log_every == 0 or step == steps):
+            line = f"step {step}/{steps} loss {loss.item():.3f} ({time.perf_counter() - t0:.0f} s)"
+            if val is not None:
+                m = evaluate(head.eval(), val)["full"]
+                line += f"  val pair {m['pair']:.3f} (order {m['order']:.3f}, count {m['count']:.3f})"
+            logger.info(line)
+            print(line, flush=True)
+    return head.eval()
+
+
+def _control(x: np.ndarray, control: str, rng: np.random.Generator) -> np.ndarray:
+    if control == "shuffled":
+        return x[rng.permutation(len(x))]
+    if control == "reversed":
+        return x[::-1].copy()
+    if control == "last frame only":
+        return x[-1:]
+    return x
+
+
+@torch.no_grad()
+def scores(head: TimeHead, item: TimeQueryItem, keys: list[str], control: str = "full", seed: int = 0):
+    rng = np.random.default_rng(seed)
+    if control == "reset memory":  # every frame read from H_0 alone; the best one-frame readout
+        out = []
+        for k in keys:
+            frames = [item.relevance[k][i : i + 1] for i in range(len(item.relevance[k]))]
+            out.append(max((s for s, _ in head.score(frames, item.condition)), default=float("-inf")))
+        return out
+    rel = [_control(item.relevance[k], control, rng) for k in keys]
+    return [s for s, _ in head.score(rel, item.condition)]
+
+
+def evaluate(head: TimeHead, split: TimeSplit, controls=("full",)) -> dict[str, dict[str, float]]:
+    """Per control: pair accuracy (all, order, count) and Hit@1 over the whole split."""
+    out = {}
+    for control in controls:
+        pair = {"order": [], "count": []}
+        hit = []
+        for i, item in enumerate(split.queries):
+            s = dict(zip(split.videos, scores(head, item, split.videos, control, seed=i), strict=True))
+            kind = "order" if item.condition == "order" else "count"
+            pair[kind].append(float(s[item.right] > s[item.partner]))
+            hit.append(float(max(s, key=s.get) == item.right))
+        both = pair["order"] + pair["count"]
+        out[control] = {
+            "pair": float(np.mean(both)) if both else float("nan"),
+            "order": float(np.mean(pair["order"])) if pair["order"] else float("nan"),
+            "count": float(np.mean(pair["count"])) if pair["count"] else float("nan"),
+            "hit@1": float(np.mean(hit)) if hit else float("nan"),
+            "queries": len(split.queries),
+        }
+    return out
+
+
+def merge(splits: list[TimeSplit]) -> TimeSplit:
+    """One training set from several rendered splits (a query's candidates stay its own split's)."""
+    out = TimeSplit()
+    for split in splits:
+        out.queries += split.queries
+        out.videos += split.videos
+    return out
+
+
+def save(head: TimeHead, out: Path, *, backbone: str, trained: dict) -> Path:
+    """Write the head with what it was trained on (``backbone``: the checkpoint fingerprint its
+    inputs come from, checked by serving) and ``trained`` (settings, held-out measurements)."""
+    head.config.backbone = backbone
+    head.config.trained = json.loads(json.dumps(trained))  # only what a JSON file can record
+    return save_time_head(head, out)
