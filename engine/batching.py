@@ -16,7 +16,12 @@ The heavy tier of every request hands its clips (the candidates' selected frames
 - the queue is bounded (``max_queued`` clips waiting): beyond it :meth:`submit` raises
   :class:`engine.worker.QueueFull` (HTTP 429);
 - a request that is cancelled (its client went away) or whose deadline passed has its waiting clips
-  dropped before they reach the backbone; its caller gets :class:`EncodeCancelled`.
+  dropped before they reach the backbone; its caller gets :class:`EncodeCancelled`;
+- on Linux the batcher threads run at a lower CPU priority (``nice`` added to their nice value,
+  default :data:`DEFAULT_NICE`, ``QASLR_BATCH_NICE``), set before their first torch op so that any
+  OpenMP threads they start inherit it: on a CPU, cheap work (query embedding, stage 1, the frame
+  tier) on the search threads takes a core from the encodes whenever it needs one, instead of
+  sharing it with them (``benchmarks/bench_load.py``: stage-1 p95 under rerank load).
 
 Scores do not depend on batching: every clip is encoded as it would be alone (the backbone batches
 are padded per clip and the streaming head keeps one state per video).
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -42,10 +48,43 @@ __all__ = [
     "EncodeCancelled",
     "EncodeTicket",
     "auto_workers",
+    "default_nice",
+    "lower_thread_priority",
     "serialize_processor",
 ]
 
 logger = logging.getLogger(__name__)
+
+# Added to the batcher threads' nice value (Linux; 0: none). A trade-off only where the encodes
+# compete for the cores with something else: other searches' cheap stages (the point: they go
+# first), or other processes on the machine (which then also go first).
+DEFAULT_NICE = 10
+
+
+def default_nice() -> int:
+    """``QASLR_BATCH_NICE`` if set (0-19), else :data:`DEFAULT_NICE`."""
+    raw = os.environ.get("QASLR_BATCH_NICE", "").strip()
+    try:
+        return min(19, max(0, int(raw))) if raw else DEFAULT_NICE
+    except ValueError:
+        logger.warning("QASLR_BATCH_NICE=%r is not an integer; using %d", raw, DEFAULT_NICE)
+        return DEFAULT_NICE
+
+
+def lower_thread_priority(nice: int) -> bool:
+    """Add ``nice`` to the calling thread's nice value (at most 19). On Linux nice values are per
+    thread (``setpriority(PRIO_PROCESS, tid)``), and threads it starts later inherit it. Elsewhere,
+    or when refused, nothing changes; returns whether it changed."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + int(nice)))
+    except OSError as exc:
+        logger.debug("could not lower the priority of thread %d: %s", tid, exc)
+        return False
+    return True
 
 
 class EncodeCancelled(RuntimeError):
@@ -121,8 +160,10 @@ class EncodeBatcher:
         max_queued: int = 4096,
         workers: int = 1,
         on_batch: Callable[[BatchStats], None] | None = None,
+        nice: int | None = None,
     ):
         self.max_wait_s = float(max_wait_s)
+        self.nice = default_nice() if nice is None else max(0, int(nice))
         self.max_frames = max(1, int(max_frames))
         self.max_queued = int(max_queued)
         self.workers = max(1, int(workers))
@@ -244,6 +285,7 @@ class EncodeBatcher:
             return pieces
 
     def _loop(self) -> None:
+        lower_thread_priority(self.nice)  # before this thread's first torch op (see the module doc)
         while True:
             pieces = self._take()
             if pieces is None:

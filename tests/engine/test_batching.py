@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +106,36 @@ def test_the_batcher_queue_is_bounded():
             batcher.submit(enc, [clip(4, 4), clip(4, 5)])
     finally:
         batcher.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_batcher_threads_run_at_a_lower_priority_and_leave_the_caller_alone():
+    seen = []
+
+    class NiceEncoder(FakeEncoder):
+        def encode(self, videos, **kwargs):
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return super().encode(videos, **kwargs)
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    for nice, expected in ((3, min(19, mine + 3)), (0, mine)):
+        batcher = EncodeBatcher(max_wait_s=0.0, nice=nice)
+        try:
+            batcher.encode(NiceEncoder(), [clip(2, 1)])
+        finally:
+            batcher.close()
+        assert seen.pop() == expected
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+def test_the_batcher_priority_setting(monkeypatch):
+    from engine.batching import DEFAULT_NICE, default_nice
+
+    monkeypatch.delenv("QASLR_BATCH_NICE", raising=False)
+    assert default_nice() == DEFAULT_NICE == EncodeBatcher(max_wait_s=0.0).nice
+    for raw, nice in (("0", 0), ("7", 7), ("40", 19), ("-5", 0), ("x", DEFAULT_NICE)):
+        monkeypatch.setenv("QASLR_BATCH_NICE", raw)
+        assert default_nice() == nice
 
 
 def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive():
