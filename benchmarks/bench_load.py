@@ -19,6 +19,11 @@ Against each server:
 2. stage 1 alone: ``mode=indexed`` requests one at a time, p50/p95;
 3. stage 1 under load: the same while ``--load-clients`` rerank clients run; p95 and its ratio to (2).
 
+Each level also records the CPU it cost (Linux ``/proc``): the server's CPU seconds per answered
+request (the work a request costs, whatever else runs), the cores the server used, and the cores
+that other processes on the machine used meanwhile (``other_cores``: a busy machine makes every
+number here worse, so read the throughput beside it).
+
 The goals (2 cores): at 8 clients >= 1.5x the throughput at 1; stage-1 p95 under load <= 3x alone;
 no 5xx. Nothing is asserted: a bad number is a result. ``--json`` writes every number.
 """
@@ -96,9 +101,45 @@ def _post(client, body: dict) -> tuple[int, float, dict | None]:
     return r.status_code, ms, (r.json().get("timings_ms") if r.status_code == 200 else None)
 
 
-def load_level(url: str, body: dict, clients: int, requests: int, cap_s: float) -> dict:
+class CpuMeter:
+    """CPU seconds used over an interval: by the server process (all its threads), by this process
+    (the clients), and by the whole machine (``/proc/stat``); zeros where ``/proc`` is missing."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def read(self) -> tuple[float, float, float]:
+        server = machine = 0.0
+        try:
+            if self.pid is not None:
+                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                server = (int(fields[11]) + int(fields[12])) / self.tick
+            cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+            busy = [int(cpu[i]) for i in (0, 1, 2, 5, 6)]  # user, nice, system, irq, softirq
+            machine = sum(busy) / self.tick
+        except (OSError, ValueError, IndexError):
+            pass
+        me = os.times()
+        return server, me.user + me.system, machine
+
+    def since(self, start: tuple[float, float, float], wall: float, answered: int) -> dict:
+        server, me, machine = (b - a for a, b in zip(start, self.read(), strict=True))
+        return {
+            "server_cpu_s": server,
+            "server_cpu_s_per_req": server / answered if answered else float("nan"),
+            "server_cores": server / wall,
+            "other_cores": max(0.0, machine - server - me) / wall,
+        }
+
+
+def load_level(
+    url: str, body: dict, clients: int, requests: int, cap_s: float, pid: int | None = None
+) -> dict:
     """``requests`` rerank requests from ``clients`` concurrent clients (stopping at ``cap_s``)."""
     import httpx
+
+    meter = CpuMeter(pid)
 
     todo = iter(range(requests))
     lock = threading.Lock()
@@ -121,10 +162,11 @@ def load_level(url: str, body: dict, clients: int, requests: int, cap_s: float) 
                 if status == 429:
                     time.sleep(0.05)
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), meter.read()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(worker, range(clients)))
     wall = time.perf_counter() - t0
+    cpu = meter.since(cpu0, wall, len(latencies))
     mean = {k: float(np.mean([t[k] for t in timings])) for k in (timings[0] if timings else {})}
     return {
         "clients": clients,
@@ -134,6 +176,7 @@ def load_level(url: str, body: dict, clients: int, requests: int, cap_s: float) 
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "wall_s": wall,
         "mean_timings_ms": mean,
+        **cpu,
     }
 
 
@@ -194,17 +237,19 @@ def run_server(name: str, model: Path, index: Path, env: dict, args) -> dict:
     body = {"mode": "rerank", "top_k": 10, "shortlist": args.shortlist, "heavy": args.shortlist}
     body["frames"] = args.frames
     print(f"\n[{name}] starting qaslr serve", flush=True)
-    with Server(model, index, env) as url:
+    server = Server(model, index, env)
+    with server as url:
         import httpx
 
         for q in QUERIES[:2]:  # warm the frame cache's first misses and lazy allocations
             httpx.post(url + "/search", json={**body, "query": q + " warm-up"}, timeout=120)
         out = {"levels": []}
         for c in args.clients:
-            level = load_level(url, body, c, args.requests, args.cap_s)
+            level = load_level(url, body, c, args.requests, args.cap_s, pid=server.proc.pid)
             print(
                 f"[{name}] {c:>2} clients: {level['req_per_s']:.2f} req/s  p50 {level['p50_ms']:.0f} ms  "
-                f"p95 {level['p95_ms']:.0f} ms  {level['statuses']}",
+                f"p95 {level['p95_ms']:.0f} ms  {level['statuses']}  server {level['server_cpu_s_per_req']:.2f} "
+                f"CPU s/req on {level['server_cores']:.2f} cores (other processes: {level['other_cores']:.2f} cores)",
                 flush=True,
             )
             out["levels"].append(level)
