@@ -343,6 +343,12 @@ def modes_for(args) -> list[Mode]:
         cap = args.legacy_bank
         modes.append(Mode(f"frame tier, bank <= {cap} (before)", "oneshot", "frames", bank=cap))
         modes.append(Mode(f"cascade, the default, bank <= {cap} (before)", "oneshot", "rerank", bank=cap))
+    if args.time_head:  # the default cascade with the time head: order and count queries go to it
+        modes.append(
+            Mode(
+                "cascade, the default, time head", "oneshot", "rerank", (("time_head", Path(args.time_head)),)
+            )
+        )
     if args.index_head:
         modes.append(Mode("uniform QASLR", "qaslr", "indexed"))
     for spec in args.rerank_head:
@@ -409,7 +415,7 @@ def one_seed(seed: int, args, model: Path) -> dict:
             if name == "single":
                 builds[f"{mode.index}{bank}"] = built
             # every row names its stage-2 head: a checkpoint's own head is served only as a --rerank-head
-            settings = {"checkpoint_head": False, **dict(mode.settings)}
+            settings = {"checkpoint_head": False, "checkpoint_time_head": False, **dict(mode.settings)}
             config = EngineConfig(
                 index=index, model=str(model), head=head, default_frames=args.frames, **settings
             )
@@ -490,6 +496,11 @@ def main(argv=None) -> int:
         help="a two-stage head, or a `qaslr train` output directory holding head/ (and gate/: adds early-exit "
         "rows); repeatable, one two-stage QASLR row each",
     )
+    p.add_argument(
+        "--time-head", default=None, metavar="DIR",
+        help="a time head (`qaslr train-time-head`) for the order and count queries: one row (default: the "
+        "shipped training/tiny_world/time_head with the tiny-world backbone; 'none': no row)",
+    )  # fmt: skip
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
@@ -500,6 +511,14 @@ def main(argv=None) -> int:
     model = world_workdir_and_model(args, "qaslr-bench-quality")
     from engine.loader import checkpoint_head_dir
 
+    if args.time_head is None and not args.model:  # the time head the tiny-world checkpoint ships
+        from core.config import CHECKPOINT_TIME_HEAD_DIR
+        from training.backbone import ASSET_DIR
+
+        shipped_time = ASSET_DIR / CHECKPOINT_TIME_HEAD_DIR
+        args.time_head = str(shipped_time) if shipped_time.is_dir() else None
+    elif args.time_head == "none":
+        args.time_head = None
     shipped = checkpoint_head_dir(str(model))
     if shipped is not None and not args.no_checkpoint_head:  # the head the demo serves, as its own rows
         args.rerank_head.insert(0, f"shipped={shipped}")

@@ -423,7 +423,8 @@ class Searcher:
                 for hit in result.hits:
                     if hit.evidence is None:  # not re-encoded: the top-K' bank frames
                         self._bank_evidence(p, q_np[0], hit)
-                    self._moment(q_np[0], hit)
+                    if hit.moment_source != TimeTier.name:  # the time tier's moment spans its events
+                        self._moment(q_np[0], hit)
                     if cue_moment_preferred(hit):  # what was said matched it at least as well
                         hit.moment, hit.moment_source = (hit.spoken.start_s, hit.spoken.end_s), "cue"
                         hit.moment_run = None

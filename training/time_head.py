@@ -39,9 +39,19 @@ from models.time_query import parse_time_query
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TimeQueryItem", "TimeSplit", "evaluate", "load_split", "merge", "save", "train_time_head"]
+__all__ = [
+    "TimeQueryItem",
+    "TimeSplit",
+    "evaluate",
+    "load_split",
+    "merge",
+    "rule_score",
+    "save",
+    "train_time_head",
+]
 
 CONTROLS = ("full", "shuffled", "reversed", "reset memory", "last frame only")
+RULE = "rule, no learning"  # the free baseline on the same inputs (rule_score)
 
 
 @dataclass
@@ -124,14 +134,33 @@ def load_split(work: Path, seed: int, model: Path, **render) -> TimeSplit:
     return split
 
 
-def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int):
-    """Rows for a step: per query its right video (column 0), its partner, and sampled others."""
+def stretch(x: np.ndarray, rng: np.random.Generator, *, most: float = 3.0, cap: int = 720) -> np.ndarray:
+    """``x`` with more haystack: up to ``most`` times as many frames (at most ``cap``), the added
+    ones copies of its own background frames (every event relevance under a third of the video's
+    peak) put in at random places between frames. What is shown, in what order, is unchanged: a
+    head trained on short renders meets hour-long banks in serving."""
+    n = len(x)
+    quiet = np.flatnonzero(np.abs(x).max(axis=1) < max(float(np.abs(x).max()), 1e-6) / 3)
+    target = min(cap, int(n * rng.uniform(1.0, most)))
+    if n < 2 or len(quiet) == 0 or target <= n:
+        return x
+    extra = x[rng.choice(quiet, size=target - n)]
+    where = rng.integers(0, n + 1, size=target - n)  # insert before row ``where``
+    order = np.argsort(np.concatenate([np.arange(n) * 2 + 1, where * 2]), kind="stable")
+    return np.concatenate([x, extra])[order]
+
+
+def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augment: float = 0.5):
+    """Rows for a step: per query its right video (column 0), its partner, and sampled others; each
+    row stretched (:func:`stretch`) with probability ``augment``."""
     rows, conds = [], []
     for item in items:
         others = [v for v in item.relevance if v not in (item.right, item.partner)]
         picked = list(rng.choice(len(others), size=min(negatives, len(others)), replace=False))
         keys = [item.right, item.partner] + [others[i] for i in picked]
-        rows.extend(item.relevance[k] for k in keys)
+        rows.extend(
+            stretch(item.relevance[k], rng) if rng.random() < augment else item.relevance[k] for k in keys
+        )
         conds.extend([head.condition_index(item.condition)] * len(keys))
     x, lengths = pad(rows, head.config.max_events)
     return x, lengths, torch.tensor(conds), len(keys)
@@ -139,7 +168,7 @@ def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int):
 
 def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, negatives: int = 14,
                     lr: float = 1e-2, step_weight: float = 0.0, hidden: int = 32, seed: int = 0,
-                    val: TimeSplit | None = None, log_every: int = 250) -> TimeHead:  # fmt: skip
+                    augment: float = 0.5, val: TimeSplit | None = None, log_every: int = 250) -> TimeHead:  # fmt: skip
     """Fit a head on ``train`` (module docstring); returns it in eval mode."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -151,7 +180,7 @@ def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, nega
     for step in range(1, steps + 1):
         head.train()
         items = [train.queries[i] for i in rng.choice(len(train.queries), size=batch, replace=False)]
-        x, lengths, cond, per = _batch(items, head, rng, negatives)
+        x, lengths, cond, per = _batch(items, head, rng, negatives, augment)
         steps_out, final = head(x, lengths, cond)
         target = torch.zeros(len(items), dtype=torch.long)
         loss = F.cross_entropy(final.view(len(items), per), target)
@@ -185,9 +214,27 @@ def _control(x: np.ndarray, control: str, rng: np.random.Generator) -> np.ndarra
     return x
 
 
+def rule_score(x: np.ndarray, condition: str) -> float:
+    """The free score to beat, on the same event relevance and with no learning: for an order, the
+    best min(x_1[i], x_2[j]) over i < j; for a count of n, minus how far the number of runs above
+    half the video's peak lies from n (ties broken by the peak)."""
+    if len(x) == 0:
+        return float("-inf")
+    if condition == "order":
+        if len(x) < 2:
+            return float("-inf")
+        before = np.maximum.accumulate(x[:, 0])[:-1]
+        return float(np.max(np.minimum(before, x[1:, 1])))
+    above = x[:, 0] >= 0.5 * max(float(x[:, 0].max()), 1e-6)
+    runs = int(above[0]) + int(np.sum(above[1:] & ~above[:-1]))
+    return -abs(runs - int(condition.split(":")[1])) + 0.01 * float(x[:, 0].max())
+
+
 @torch.no_grad()
 def scores(head: TimeHead, item: TimeQueryItem, keys: list[str], control: str = "full", seed: int = 0):
     rng = np.random.default_rng(seed)
+    if control == RULE:
+        return [rule_score(item.relevance[k], item.condition) for k in keys]
     if control == "reset memory":  # every frame read from H_0 alone; the best one-frame readout
         out = []
         for k in keys:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.hits import Hit, ordered
+from engine.moments import duration_of, relevance_runs, run_span
 from engine.tiers import register
 from engine.tiers.base import Tier, TierRequest
 from models.time_head import TimeHead, event_relevance
@@ -47,12 +48,42 @@ class TimeTier(Tier):
             events = self.encoder.embed_queries(list(plan.events)).float().numpy()
         with request.clock.stage("head"):
             banks = [np.asarray(self.index.frame_bank(h.video_id).embeddings) for h in hits]
-            scored = self.head.score([event_relevance(b, events) for b in banks], plan.condition)
-            for hit, (score, _steps) in zip(hits, scored, strict=True):
+            relevance = [event_relevance(b, events) for b in banks]
+            scored = self.head.score(relevance, plan.condition)
+            for hit, (score, _steps), x in zip(hits, scored, relevance, strict=True):
                 hit.score = score
                 hit.reranked = True
                 hit.tier = self.name
+                hit.moment = time_moment(self.index.frame_bank(hit.video_id), x, plan, hit.record)
+                hit.moment_source = None if hit.moment is None else self.name
         ranked = ordered(hits)
         if request.on_update is not None:
             request.on_update(ranked)
         return ranked
+
+
+def time_moment(bank, x: np.ndarray, plan: TimeQuery, record) -> tuple[float, float] | None:
+    """The moment a query about time is answered by: for an order, from the first event's showing to
+    the last one's (the pair of frames i < j that shows them best, each widened to its run of
+    relevance, engine.moments); for a count of n, from the first to the last of the n best showings.
+    None where the bank is too short to hold it (the searcher's own rule then applies)."""
+    if len(x) < 2:
+        return None
+    fps = float(record.fps) if record is not None and record.fps else 1.0
+    duration = duration_of(record)
+
+    def run_of(values: np.ndarray, row: int):
+        return next((r for r in relevance_runs(values) if r.first <= row <= r.last), None)
+
+    if plan.kind == "order":
+        first, last = x[:, 0], x[:, len(plan.events) - 1]
+        best_before = np.maximum.accumulate(first)[:-1]  # the best first-event frame before each row
+        j = 1 + int(np.argmax(np.minimum(best_before, last[1:])))
+        i = int(np.argmax(first[:j]))
+        runs = [run_of(first, i), run_of(last, j)]
+    else:
+        runs = relevance_runs(x[:, 0], limit=plan.count)
+    if not runs or any(r is None for r in runs):
+        return None
+    spans = [run_span(r, bank.timestamps, 1.0 / fps, duration) for r in runs]
+    return min(a for a, _ in spans), max(b for _, b in spans)

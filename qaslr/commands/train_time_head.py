@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-weight", type=float, default=0.0,
                    help="weight of the readouts after 25/50/75 %% of the frames (Eq. 14's step term)")  # fmt: skip
     p.add_argument("--hidden", type=int, default=32, help="the memory's size")
+    p.add_argument("--augment", type=float, default=0.5,
+                   help="share of training rows given more haystack (up to 3x their frames)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sampled negatives")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
 
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from models.backbone import checkpoint_fingerprint
-    from training.time_head import CONTROLS, evaluate, load_split, merge, save, train_time_head
+    from training.time_head import CONTROLS, RULE, evaluate, load_split, merge, save, train_time_head
 
     torch.set_num_threads(args.threads)
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-time-head")
@@ -76,12 +78,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"data: {len(train.queries)} training queries, {len(val.queries)} held-out ({data_s:.0f} s)")
     t1 = time.perf_counter()
     head = train_time_head(train, steps=args.steps, step_weight=args.step_weight, hidden=args.hidden,
-                           seed=args.seed, val=val)  # fmt: skip
+                           seed=args.seed, augment=args.augment, val=val)  # fmt: skip
     train_s = time.perf_counter() - t1
-    measured = evaluate(head, val, CONTROLS)
-    print(f"{'held-out':<16} {'pair':>6} {'order':>6} {'count':>6} {'Hit@1':>6}")
+    measured = evaluate(head, val, (*CONTROLS, RULE))
+    print(f"{'held-out':<18} {'pair':>6} {'order':>6} {'count':>6} {'Hit@1':>6}")
     for control, m in measured.items():
-        print(f"{control:<16} {m['pair']:6.3f} {m['order']:6.3f} {m['count']:6.3f} {m['hit@1']:6.3f}")
+        print(f"{control:<18} {m['pair']:6.3f} {m['order']:6.3f} {m['count']:6.3f} {m['hit@1']:6.3f}")
     settings = {
         k: v for k, v in vars(args).items() if k not in ("out", "model", "workdir", "_run", "log_level")
     }

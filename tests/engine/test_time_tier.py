@@ -1,0 +1,126 @@
+"""Queries about order and count go to the time head (engine.tiers.timehead): served by default from
+the tiny-world checkpoint, ranking a mirror pair and a once / twice pair by what happened when, and
+nothing else changes for a query it does not answer."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from core.errors import ConfigurationError
+from world.corpus import CorpusConfig, make_corpus
+
+pytestmark = pytest.mark.slow  # renders and indexes a small world corpus
+
+PAIRS = CorpusConfig(
+    videos=2, order_pairs=2, count_pairs=2, seed=5151, min_duration_s=40.0, max_duration_s=90.0
+)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory, tiny_world_checkpoint):
+    from tests.engine.build import build_oneshot_index
+
+    corpus = make_corpus(tmp_path_factory.mktemp("time_world") / "corpus", PAIRS)
+    index = build_oneshot_index(
+        corpus.manifest, tmp_path_factory.mktemp("time_index") / "index", tiny_world_checkpoint
+    )
+    return corpus, index
+
+
+def _engine(index, model, **settings):
+    from engine import EngineConfig, load_engine
+
+    return load_engine(EngineConfig(index=index, model=str(model), **settings))
+
+
+def _pair_queries(corpus):
+    truth = corpus.by_id()
+    for kind in ("order", "count"):
+        for query, right in corpus.queries(kind):
+            group = truth[right].group
+            partner = next(v.id for v in corpus.videos if v.group == group and v.id != right)
+            yield kind, query, right, partner, group
+
+
+def test_the_checkpoint_time_head_serves_by_default_and_ranks_each_pair_by_time(pairs, tiny_world_checkpoint):
+    corpus, index = pairs
+    truth = corpus.by_id()
+    engine = _engine(index, tiny_world_checkpoint)
+    try:
+        assert engine.info["time_head_source"] == "checkpoint"
+        assert len(engine.info["time_head"]) == 16
+        for _kind, query, right, partner, group in _pair_queries(corpus):
+            out = engine.searcher.search(
+                {"query": query, "filter": {"group": group}, "shortlist": 2, "top_k": 2}
+            )
+            assert [h.video_id for h in out.hits] == [right, partner], query
+            assert {h.tier for h in out.hits} == {"time"}
+            assert out.rerank_embedder == "time"
+            assert out.timings_ms["head"] > 0
+            # the moment spans what was asked about: from the first showing to the last (±1.5 s)
+            top = out.hits[0]
+            events = truth[right].events
+            assert top.moment_source == "time"
+            assert top.moment[0] <= events[0][1] + 1.5 and top.moment[1] >= events[-1][2] - 1.5, (
+                query,
+                top.moment,
+            )
+    finally:
+        engine.close()
+
+
+def test_without_a_time_head_order_and_count_queries_take_the_cascade(pairs, tiny_world_checkpoint):
+    corpus, index = pairs
+    engine = _engine(index, tiny_world_checkpoint, checkpoint_time_head=False)
+    try:
+        assert engine.info["time_head_source"] is None
+        _kind, query, _right, _partner, group = next(_pair_queries(corpus))
+        out = engine.searcher.search({"query": query, "filter": {"group": group}, "shortlist": 2})
+        assert "time" not in {h.tier for h in out.hits}
+    finally:
+        engine.close()
+
+
+def test_a_query_the_head_does_not_answer_is_searched_as_a_description(pairs, tiny_world_checkpoint):
+    _corpus, index = pairs
+    engine = _engine(index, tiny_world_checkpoint)
+    try:
+        for query in ("a red square appears three times", "a red square appears", "a, then b, then c"):
+            out = engine.searcher.search({"query": query})
+            assert "time" not in {h.tier for h in out.hits}, query
+    finally:
+        engine.close()
+
+
+def _foreign_head(path):
+    from models.time_head import TimeHead, TimeHeadConfig, save_time_head
+
+    save_time_head(TimeHead(TimeHeadConfig(backbone="0" * 16)), path)
+    return path
+
+
+def test_a_named_time_head_of_another_backbone_is_refused(pairs, tiny_world_checkpoint, tmp_path):
+    _corpus, index = pairs
+    with pytest.raises(ConfigurationError, match="trained on backbone 0000000000000000"):
+        _engine(index, tiny_world_checkpoint, time_head=_foreign_head(tmp_path / "head"))
+
+
+def test_a_checkpoint_time_head_of_another_backbone_steps_aside(
+    pairs, tiny_world_checkpoint, tmp_path, caplog
+):
+    import shutil
+
+    _corpus, index = pairs
+    model = tmp_path / "model"
+    shutil.copytree(tiny_world_checkpoint, model)
+    shutil.rmtree(model / "time_head")
+    _foreign_head(model / "time_head")
+    with caplog.at_level(logging.WARNING, logger="engine.loader"):
+        engine = _engine(index, model)
+    try:
+        assert engine.info["time_head_source"] is None
+        assert "not serving the checkpoint's time head" in caplog.text
+    finally:
+        engine.close()
