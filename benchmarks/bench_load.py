@@ -325,7 +325,10 @@ def main(argv=None) -> int:
             eight["req_per_s"] / one["req_per_s"] if one and eight and one["req_per_s"] else float("nan")
         )
         a, b = res["stage1_alone"]["p95_ms"], res["stage1_loaded"]["p95_ms"]
-        five = sum(v for lv in res["levels"] for k, v in lv["statuses"].items() if k.startswith("5"))
+        counted = [lv["statuses"] for lv in res["levels"]]  # every level, and the stage-1 phases
+        counted += [res["stage1_alone"]["statuses"], res["stage1_loaded"]["statuses"]]
+        counted.append(res["stage1_loaded"].get("load_statuses", {}))
+        five = sum(v for st in counted for k, v in st.items() if k.startswith("5"))
         res["summary"] = {
             "speedup_8_vs_1": speedup,
             "stage1_p95_ratio": b / a if a else float("nan"),
@@ -336,10 +339,59 @@ def main(argv=None) -> int:
             f"({b / a:.1f}x); 5xx: {five}; statuses per level: {[lv['statuses'] for lv in res['levels']]}"
         )
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"args": vars(args), "loadavg": load, "results": results}, indent=2)
-        )
+        from benchmarks.provenance import environment, recorded_args
+
+        out = {
+            "args": recorded_args(args),
+            "environment": environment(),
+            "loadavg": load,
+            "rows": table_rows(results, args.load_clients),
+            "results": results,
+        }
+        Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
+
+
+def table_rows(results: dict, load_clients: int) -> list[dict]:
+    """One flat row per (server, load) for docs/results.md (scripts/results.py): the rerank levels,
+    then stage 1 alone and under rerank load."""
+    rows = []
+    for name, res in results.items():
+        for lv in res["levels"]:
+            rows.append(
+                {
+                    "server": name,
+                    "load": f"rerank, {lv['clients']} clients",
+                    "req_per_s": lv["req_per_s"],
+                    "p50_ms": lv["p50_ms"],
+                    "p95_ms": lv["p95_ms"],
+                    "5xx": sum(v for k, v in lv["statuses"].items() if k.startswith("5")),
+                    "cpu_s_per_req": lv.get("server_cpu_s_per_req"),
+                    "server_cores": lv.get("server_cores"),
+                    "other_cores": lv.get("other_cores"),
+                }
+            )
+        for key, load in (
+            ("stage1_alone", "stage 1 alone"),
+            ("stage1_loaded", f"stage 1, {load_clients} rerank clients"),
+        ):
+            st = res[key]
+            statuses = [*st["statuses"].items(), *st.get("load_statuses", {}).items()]  # probes and load
+            five = sum(v for k, v in statuses if k.startswith("5"))
+            rows.append(
+                {
+                    "server": name,
+                    "load": load,
+                    "req_per_s": None,
+                    "p50_ms": st["p50_ms"],
+                    "p95_ms": st["p95_ms"],
+                    "5xx": five,
+                    "cpu_s_per_req": None,
+                    "server_cores": None,
+                    "other_cores": None,
+                }
+            )
+    return rows
 
 
 if __name__ == "__main__":
