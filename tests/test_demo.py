@@ -26,13 +26,17 @@ def test_demo_serves_and_its_suggested_queries_find_the_right_video(tmp_path):
     with ServerProcess(cmd, env=env, port=port, ready_timeout=600, stop_signal=signal.SIGINT) as server:
         ready = httpx.get(f"{server.url}/readyz", timeout=5).json()
         assert ready["random_weights"] is False
+        assert ready["time_head_source"] == "checkpoint"  # the shapes-world checkpoint's time head serves
         suggestions = re.findall(r'"query": "([^"]+)".*# expect (\S+) first', server.output)
-        assert len(suggestions) == 3, server.output[-2000:]
-        for query, expected in suggestions:
+        assert len(suggestions) == 5, server.output[-2000:]  # three single events, one order, one count
+        for i, (query, expected) in enumerate(suggestions):
             r = httpx.post(f"{server.url}/search", json={"query": query, "top_k": 3}, timeout=120)
             assert r.status_code == 200, r.text
             results = r.json()["results"]
             assert results[0]["video_id"] == expected, (query, [x["video_id"] for x in results])
-            assert results[0]["metadata"]["title"] in query
+            if i < 3:
+                assert results[0]["metadata"]["title"] in query
+            else:  # order and count: ranked by the time head
+                assert results[0]["tier"] == "time" and r.json()["rerank_embedder"] == "time"
     assert "SHAPES-WORLD BACKBONE" in server.output
     assert (tmp_path / "demo" / "videos" / "videos.jsonl").exists()

@@ -7,7 +7,9 @@ Steps (each is skipped when its output already exists, so a second run starts in
      directory. It sees the shapes world: its rankings of the sample videos are real, but it knows
      nothing of real video;
   2. sample videos: shapes-world videos of 1-2 minutes, each a grey haystack with one brief
-     coloured-shape event ("a red square appears"), all events distinct, and a JSONL manifest;
+     coloured-shape event ("a red square appears"), all events distinct, plus a mirror pair (two
+     events, in either order) and a once / twice pair for queries about order and count (the
+     shapes-world checkpoint's time head answers them), and a JSONL manifest;
   3. `indexer build` over the manifest (one-shot embeddings, or QASLR with --head/QASLR_HEAD);
   4. `qaslr serve` on --host/--port (default 127.0.0.1:8000); the page at /, docs at /docs.
 No Redis and no GPU needed (REDIS_URL unset = in-process frame cache)."""
@@ -25,9 +27,10 @@ logger = logging.getLogger(__name__)
 
 # The sample corpus: world videos of 1-2 minutes, each with one brief event, all events distinct.
 SAMPLE_CORPUS = dict(
-    min_duration_s=60.0, max_duration_s=120.0, fps=(6.0, 8.0), short_side=(96, 160), prefix="sample-", seed=0
-)
-SUGGESTIONS = 3  # example queries printed (each names one sample video's event)
+    min_duration_s=60.0, max_duration_s=120.0, fps=(6.0, 8.0), short_side=(96, 160), prefix="sample-", seed=0,
+    order_pairs=1, count_pairs=1,
+)  # fmt: skip
+SUGGESTIONS = 3  # example single-event queries printed (then one about order and one about count)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,11 +63,12 @@ def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
         return model, False
     except (BackboneNotFoundError, OSError, ValueError) as exc:
         logger.warning("backbone %r is not available here (%s)", model, summarize(exc))
+    from core.config import CHECKPOINT_TIME_HEAD_DIR
     from training.backbone import tiny_world_checkpoint
 
     world = workdir / "tiny-world"
-    if not (world / "config.json").exists():
-        tiny_world_checkpoint(world)
+    if not (world / "config.json").exists() or not (world / CHECKPOINT_TIME_HEAD_DIR).is_dir():
+        tiny_world_checkpoint(world)  # (again for a work directory written before a time head shipped)
     logger.warning(
         "USING THE SHAPES-WORLD BACKBONE (%s): a tiny model trained to see coloured shapes on grey. Its "
         "rankings of the sample videos are real; it knows nothing of real video. Point QASLR_MODEL at the "
@@ -132,7 +136,10 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(**overrides)
     url = f"http://{settings.host}:{settings.port}"
     lines = [f"\nserving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
-    for query, video_id in corpus.queries()[:SUGGESTIONS]:
+    suggested = (
+        corpus.queries("single")[:SUGGESTIONS] + corpus.queries("order")[:1] + corpus.queries("count")[:1]
+    )
+    for query, video_id in suggested:
         lines.append(
             f"  curl -s {url}/search -H 'content-type: application/json' "
             f'-d \'{{"query": "{query}", "top_k": 3}}\'    # expect {video_id} first'
