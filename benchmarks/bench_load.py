@@ -1,7 +1,8 @@
 """Many users at once on one model: bounded loopback load on `qaslr serve`, old lane vs new.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
-        [--requests 16] [--cap-s 30] [--shortlist 10] [--frames 32] [--workdir DIR] [--json out.json]
+        [--requests 16] [--cap-s 30] [--shortlist 10] [--frames 32] [--stage1-requests 60]
+        [--workdir DIR] [--json out.json]
 
 What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
 one-shot with the shipped tiny-world backbone (``indexer build``), then starts ``qaslr serve`` on
@@ -16,7 +17,7 @@ Against each server:
    work) at each ``--clients`` level: ``--requests`` requests per level, each level capped at
    ``--cap-s`` seconds; req/s (answered 200s over the level's wall time), p50/p95 latency, and the
    status counts;
-2. stage 1 alone: ``mode=indexed`` requests one at a time, p50/p95;
+2. stage 1 alone: ``--stage1-requests`` ``mode=indexed`` requests one at a time, p50/p95;
 3. stage 1 under load: the same while ``--load-clients`` rerank clients run; p95 and its ratio to (2).
 
 Each level also records the CPU it cost (Linux ``/proc``): the server's CPU seconds per answered
@@ -277,7 +278,9 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=16, help="rerank requests per load level")
     p.add_argument("--cap-s", type=float, default=30.0, help="time cap per load level, s")
     p.add_argument("--load-clients", type=int, default=4, help="rerank clients behind the stage-1 probe")
-    p.add_argument("--stage1-requests", type=int, default=20)
+    p.add_argument(
+        "--stage1-requests", type=int, default=60, help="stage-1 probes per phase (a p95 needs more than 20)"
+    )
     p.add_argument("--shortlist", type=int, default=10, help="R (and heavy)")
     p.add_argument("--frames", type=int, default=32, help="K'")
     p.add_argument("--queue-size", type=int, default=32, help="QASLR_QUEUE_SIZE (above the clients: no 429)")
