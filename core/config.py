@@ -43,6 +43,9 @@ DEFAULT_MAX_EVIDENCE = 256  # M: evidence tokens kept per clip
 # (the tiny-world checkpoint does: `qaslr make-checkpoint --preset tiny-world`); the engine serves it
 # when no head is named (engine.loader.load_rerank_model).
 CHECKPOINT_HEAD_DIR = "rerank_head"
+# Added to the stage-2 batcher threads' nice value on Linux (engine.batching), so that the cheap stages of
+# other searches go first on a busy CPU (benchmarks/bench_load.py: stage-1 p95 under rerank load)
+BATCH_NICE = 10
 CHECKPOINT_TIME_HEAD_DIR = "time_head"  # a checkpoint's own time head (models.time_head), served by default
 
 # -- the frame bank (candidate frames for stage 2) -------------------------------------------------

@@ -18,7 +18,7 @@ The heavy tier of every request hands its clips (the candidates' selected frames
 - a request that is cancelled (its client went away) or whose deadline passed has its waiting clips
   dropped before they reach the backbone; its caller gets :class:`EncodeCancelled`;
 - on Linux the batcher threads run at a lower CPU priority (``nice`` added to their nice value,
-  default :data:`DEFAULT_NICE`, ``QASLR_BATCH_NICE``), set before their first torch op so that any
+  default :data:`DEFAULT_NICE`; the engine's ``batch_nice``, QASLR_BATCH_NICE), set before their first torch op so that any
   OpenMP threads they start inherit it: on a CPU, cheap work (query embedding, stage 1, the frame
   tier) on the search threads takes a core from the encodes whenever it needs one, instead of
   sharing it with them (``benchmarks/bench_load.py``: stage-1 p95 under rerank load).
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from core.config import BATCH_NICE
 from engine.worker import QueueFull
 
 __all__ = [
@@ -48,27 +49,13 @@ __all__ = [
     "EncodeCancelled",
     "EncodeTicket",
     "auto_workers",
-    "default_nice",
     "lower_thread_priority",
     "serialize_processor",
 ]
 
 logger = logging.getLogger(__name__)
 
-# Added to the batcher threads' nice value (Linux; 0: none). A trade-off only where the encodes
-# compete for the cores with something else: other searches' cheap stages (the point: they go
-# first), or other processes on the machine (which then also go first).
-DEFAULT_NICE = 10
-
-
-def default_nice() -> int:
-    """``QASLR_BATCH_NICE`` if set (0-19), else :data:`DEFAULT_NICE`."""
-    raw = os.environ.get("QASLR_BATCH_NICE", "").strip()
-    try:
-        return min(19, max(0, int(raw))) if raw else DEFAULT_NICE
-    except ValueError:
-        logger.warning("QASLR_BATCH_NICE=%r is not an integer; using %d", raw, DEFAULT_NICE)
-        return DEFAULT_NICE
+DEFAULT_NICE = BATCH_NICE  # added to the batcher threads' nice value (Linux; 0: none)
 
 
 def lower_thread_priority(nice: int) -> bool:
@@ -160,10 +147,10 @@ class EncodeBatcher:
         max_queued: int = 4096,
         workers: int = 1,
         on_batch: Callable[[BatchStats], None] | None = None,
-        nice: int | None = None,
+        nice: int = DEFAULT_NICE,
     ):
         self.max_wait_s = float(max_wait_s)
-        self.nice = default_nice() if nice is None else max(0, int(nice))
+        self.nice = min(19, max(0, int(nice)))
         self.max_frames = max(1, int(max_frames))
         self.max_queued = int(max_queued)
         self.workers = max(1, int(workers))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from core.config import (
+    BATCH_NICE,
     DEFAULT_FRAMES,
     DEFAULT_FUSION,
     DEFAULT_HEAVY,
@@ -64,6 +65,9 @@ class EngineConfig:
     batch_max_wait_ms: float = 5.0  # the longest a clip waits in the batcher for others to join it
     batch_max_frames: int = 0  # frames per batched encode call (0: clip_batch_size x the index's L)
     batch_workers: int = 0  # threads running batched encodes (0: 1 on a GPU, the spare cores on a CPU)
+    batch_nice: int = (
+        BATCH_NICE  # Linux: added to the batcher threads' nice value, so searches' cheap stages go first
+    )
 
     # -- search defaults and bounds ---------------------------------------------------------------
     default_shortlist: int = DEFAULT_SHORTLIST  # R (paper Table 4)

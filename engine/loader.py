@@ -363,7 +363,9 @@ def make_batcher(config: EngineConfig, clip_len: int, device="cpu", backbone=Non
         clips = auto_clip_batch_size(backbone, int(clip_len)) if backbone is not None else CPU_CLIP_BATCH
     frames = config.batch_max_frames or clips * int(clip_len)
     workers = config.batch_workers or auto_workers(device)
-    return EncodeBatcher(max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers)
+    return EncodeBatcher(
+        max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers, nice=config.batch_nice
+    )
 
 
 def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
         description="with batching: threads running batched encodes (0 = one on a GPU; on a CPU, the cores "
         "torch's own threads leave)",
     )  # fmt: skip
+    batch_nice: int = Field(
+        _E.batch_nice, ge=0, le=19,
+        description="with batching, on Linux: added to the batcher threads' nice value, so the cheap stages of "
+        "other searches (query embedding, stage 1, the frame tier) take a core from the encodes first; 0 = off",
+    )  # fmt: skip
     fusion: Fusion = Field(
         _E.fusion,
         description="how sources=both fuses what is seen with what is said: relevance (the better of the two "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 CONTROLS = ("full", "shuffled", "reversed", "reset memory", "last frame only")
+CHECKPOINTS = {"after 25 %": 0.25, "after 50 %": 0.5, "after 75 %": 0.75}  # partial readouts (§A.8)
 RULE = "rule, no learning"  # the free baseline on the same inputs (rule_score)
 
 
@@ -241,6 +243,10 @@ def scores(head: TimeHead, item: TimeQueryItem, keys: list[str], control: str = 
             frames = [item.relevance[k][i : i + 1] for i in range(len(item.relevance[k]))]
             out.append(max((s for s, _ in head.score(frames, item.condition)), default=float("-inf")))
         return out
+    if control in CHECKPOINTS:  # the readout after that share of each candidate's frames (Table 6)
+        share = CHECKPOINTS[control]
+        scored = head.score([item.relevance[k] for k in keys], item.condition)
+        return [float(y[max(1, math.ceil(share * len(y))) - 1]) if len(y) else s for s, y in scored]
     rel = [_control(item.relevance[k], control, rng) for k in keys]
     return [s for s, _ in head.score(rel, item.condition)]
 

@@ -128,14 +128,19 @@ def test_batcher_threads_run_at_a_lower_priority_and_leave_the_caller_alone():
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
 
 
-def test_the_batcher_priority_setting(monkeypatch):
-    from engine.batching import DEFAULT_NICE, default_nice
+def test_the_batcher_priority_setting():
+    from engine import EngineConfig
+    from engine.batching import DEFAULT_NICE
+    from engine.loader import make_batcher
 
-    monkeypatch.delenv("QASLR_BATCH_NICE", raising=False)
-    assert default_nice() == DEFAULT_NICE == EncodeBatcher(max_wait_s=0.0).nice
-    for raw, nice in (("0", 0), ("7", 7), ("40", 19), ("-5", 0), ("x", DEFAULT_NICE)):
-        monkeypatch.setenv("QASLR_BATCH_NICE", raw)
-        assert default_nice() == nice
+    assert EncodeBatcher(max_wait_s=0.0).nice == DEFAULT_NICE == EngineConfig().batch_nice
+    for given, nice in ((0, 0), (7, 7), (40, 19), (-5, 0)):
+        assert EncodeBatcher(max_wait_s=0.0, nice=given).nice == nice
+    batcher = make_batcher(EngineConfig(batch_nice=3), clip_len=4)
+    try:
+        assert batcher.nice == 3
+    finally:
+        batcher.close()
 
 
 def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive():
