@@ -8,6 +8,7 @@ benchmark command that the page names beside each table:
 
     docs/bench/quality.json         benchmarks/bench_quality.py --json ...   (shapes world, 3 seeds)
     docs/bench/quality_long.json    benchmarks/bench_quality.py --min-s 720 --max-s 1200 ... (long videos)
+    docs/bench/time_tier.json       benchmarks/bench_quality.py --order-pairs 6 --count-pairs 6 ... (the time head)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
     docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
@@ -52,6 +53,12 @@ QUALITY_COLUMNS = (
 LONG_README_MODES = (
     "stage 1 (uniform single-round)", "frame tier", "cascade, the default", "cascade, the default, bank <= 256 (before)",
 )  # fmt: skip
+TIME_README_COLUMNS = (
+    ("order", "order %", True),
+    ("count", "count %", True),
+    ("hit@1", "single-event Hit@1 %", True),
+    ("latency_ms", "p50 ms", False),
+)
 README_COLUMNS = (
     ("hit@1", "Hit@1 %", True),
     ("r1@0.7", "moment R1@0.7 %", True),
@@ -377,6 +384,9 @@ def results_page() -> str:
     long = _load("quality_long.json")
     if long:
         out += quality_section(long, "Long videos: the same measurement at 12-20 min")
+    timed = _load("time_tier.json")
+    if timed:
+        out += quality_section(timed, "Order and count: the time head beside every tier")
     for name, title, script in (
         ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
         ("load.json", "Many users at once", "benchmarks/bench_load.py"),
@@ -417,6 +427,17 @@ def readme_block() -> str:
             f"{args.get('videos', 12)} videos a seed (the bank keeps one frame a second at any length):",
             "",
             *_quality_table(long, README_COLUMNS, LONG_README_MODES),
+        ]
+    timed = _load("time_tier.json")
+    if timed:
+        args = timed.get("args", {})
+        more += [
+            "",
+            f"Order and count, 2-5 min videos: {args.get('order_pairs')} mirror pairs (A then B / B then A) and "
+            f"{args.get('count_pairs')} once / twice pairs a seed, each query searched within its pair (chance 50 %); "
+            "the time head ranks such queries (docs/results.md has its single-event columns too):",
+            "",
+            *_quality_table(timed, TIME_README_COLUMNS),
         ]
     return "\n".join(
         [
