@@ -116,7 +116,7 @@ class CpuMeter:
             if self.pid is not None:
                 fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
                 server = (int(fields[11]) + int(fields[12])) / self.tick
-            cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+            cpu = Path("/proc/stat").read_text().partition("\n")[0].split()[1:]
             busy = [int(cpu[i]) for i in (0, 1, 2, 5, 6)]  # user, nice, system, irq, softirq
             machine = sum(busy) / self.tick
         except (OSError, ValueError, IndexError):

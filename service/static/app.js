@@ -427,6 +427,8 @@ function fillCard(card, result, rank, groupBy, final, scale) {
     const play = el("button", { type: "button", class: "play" }, `▶ ${fmtTime(moment.start_s)} – ${fmtTime(moment.end_s)}`);
     play.title = moment.source === "cue"
       ? "the subtitle cue that matched the query"
+      : moment.source === "time"
+        ? "from the first showing the query asks about to the last (the time head)"
       : moment.source === "refined"
         ? "the frames around the relevance peak, edges found at the video's own frame rate"
         : "the frames around the relevance peak (frame-bank resolution)";
