@@ -45,6 +45,7 @@ class Hit:
     seen_rank: int | None = None  # its rank in the visual ranking (when fused)
     seen_score: float | None = None  # its visual score (when fused; ``score`` is then the fused one)
     visual_relevance: float | None = None  # ``relevance`` from the frames alone
+    events: np.ndarray | None = None  # [S, d] a time query's event embeddings (engine.tiers.timehead)
 
 
 def ordered(hits: list[Hit]) -> list[Hit]:

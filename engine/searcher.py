@@ -44,6 +44,7 @@ from engine.moments import (
     Timeline,
     duration_of,
     relevance_runs,
+    relevance_scores,
     relevance_timeline,
     run_span,
 )
@@ -531,6 +532,9 @@ class Searcher:
         return clips
 
     def _visual_relevance(self, q_vec: np.ndarray, hit: Hit) -> float | None:
+        if hit.events is not None:  # a query about time: its weakest event's (each must be shown)
+            bank = self.index.frame_bank(hit.video_id).embeddings
+            return min(relevance(float(relevance_scores(bank, e).max()), self._null(e)) for e in hit.events)
         if hit.peak is None:
             rel = bank_relevance(self.index, hit, q_vec)
             hit.peak = float(rel.max()) if rel.size else None

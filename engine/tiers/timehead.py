@@ -54,6 +54,7 @@ class TimeTier(Tier):
                 hit.score = score
                 hit.reranked = True
                 hit.tier = self.name
+                hit.events = events  # its relevance is its weakest event's (engine.searcher)
                 hit.moment = time_moment(self.index.frame_bank(hit.video_id), x, plan, hit.record)
                 hit.moment_source = None if hit.moment is None else self.name
         ranked = ordered(hits)
