@@ -235,7 +235,7 @@ function showTimings(timings, clientMs) {
   const names = {
     queue: "queue", query_embed: "query embedding", filter: "filter", faiss: "stage 1 (FAISS)",
     spoken: "what is said (subtitles)", frame: "frame tier", selection: "frame selection", decode: "decode", heavy_queue: "heavy-tier queue",
-    encode: "encode", head: "streaming head", moment: "moments", refine: "moment refinement",
+    encode: "encode", head: "head (streaming or time)", moment: "moments", refine: "moment refinement",
     total: "server total",
   };
   for (const [k, label] of Object.entries(names)) {
