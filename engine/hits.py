@@ -46,6 +46,7 @@ class Hit:
     seen_score: float | None = None  # its visual score (when fused; ``score`` is then the fused one)
     visual_relevance: float | None = None  # ``relevance`` from the frames alone
     events: np.ndarray | None = None  # [S, d] a time query's event embeddings (engine.tiers.timehead)
+    event_peaks: np.ndarray | None = None  # [S] max_t p_k · f_t over the bank, for each event
 
 
 def ordered(hits: list[Hit]) -> list[Hit]:

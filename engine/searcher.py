@@ -44,7 +44,6 @@ from engine.moments import (
     Timeline,
     duration_of,
     relevance_runs,
-    relevance_scores,
     relevance_timeline,
     run_span,
 )
@@ -66,7 +65,7 @@ from engine.spoken import (
 from engine.temporal import asks_for_time
 from engine.tiers import RerankStats, TierRequest, encoding_tier
 from engine.tiers.frame import FrameTier, frame_score
-from engine.tiers.timehead import TimeTier
+from engine.tiers.timehead import TimeTier, weakest_event_relevance
 from models.selection import query_key
 from models.streaming import VideoEncoder
 
@@ -533,8 +532,7 @@ class Searcher:
 
     def _visual_relevance(self, q_vec: np.ndarray, hit: Hit) -> float | None:
         if hit.events is not None:  # a query about time: its weakest event's (each must be shown)
-            bank = self.index.frame_bank(hit.video_id).embeddings
-            return min(relevance(float(relevance_scores(bank, e).max()), self._null(e)) for e in hit.events)
+            return weakest_event_relevance(hit, self._null)
         if hit.peak is None:
             rel = bank_relevance(self.index, hit, q_vec)
             hit.peak = float(rel.max()) if rel.size else None

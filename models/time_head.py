@@ -46,6 +46,7 @@ __all__ = [
     "TIME_WEIGHTS_FILENAME",
     "TimeHead",
     "TimeHeadConfig",
+    "centred",
     "event_relevance",
     "load_time_head",
     "save_time_head",
@@ -77,10 +78,13 @@ class TimeHeadConfig:
 
 def event_relevance(bank: np.ndarray, events: np.ndarray) -> np.ndarray:
     """x_t[k] = p_k · f_t - median_t p_k · f_t: [T, S] for a bank [T, d] and event embeddings [S, d]."""
-    r = np.asarray(bank, dtype=np.float32) @ np.asarray(events, dtype=np.float32).T
-    if len(r) == 0:
-        return r
-    return r - np.median(r, axis=0, keepdims=True)
+    return centred(np.asarray(bank, dtype=np.float32) @ np.asarray(events, dtype=np.float32).T)
+
+
+def centred(scores: np.ndarray) -> np.ndarray:
+    """[T, S] cosines p_k · f_t minus each event's median over the video: the head's input x_t."""
+    r = np.asarray(scores, dtype=np.float32)
+    return r if len(r) == 0 else r - np.median(r, axis=0, keepdims=True)
 
 
 class TimeHead(nn.Module):

@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from engine.hits import Hit, ordered
-from engine.moments import duration_of, relevance_runs, run_span
+from engine.moments import duration_of, relevance_runs, relevance_scores, run_span
+from engine.relevance import relevance
 from engine.tiers import register
 from engine.tiers.base import Tier, TierRequest
-from models.time_head import TimeHead, event_relevance
+from models.time_head import TimeHead, centred
 from models.time_query import TimeQuery, parse_time_query
 
 
@@ -47,15 +48,19 @@ class TimeTier(Tier):
         with request.clock.stage("query_embed"):
             events = self.encoder.embed_queries(list(plan.events)).float().numpy()
         with request.clock.stage("head"):
-            banks = [np.asarray(self.index.frame_bank(h.video_id).embeddings) for h in hits]
-            relevance = [event_relevance(b, events) for b in banks]
+            banks = [self.index.frame_bank(h.video_id) for h in hits]
+            # p_k · f_t read from the float16 bank in place (engine.moments.relevance_scores), once
+            raw = [np.stack([relevance_scores(b.embeddings, e) for e in events], axis=1) for b in banks]
+            relevance = [centred(r) for r in raw]
             scored = self.head.score(relevance, plan.condition)
-            for hit, (score, _steps), x in zip(hits, scored, relevance, strict=True):
+            for hit, (score, _steps), x, r, bank in zip(hits, scored, relevance, raw, banks, strict=True):
                 hit.score = score
                 hit.reranked = True
                 hit.tier = self.name
-                hit.events = events  # its relevance is its weakest event's (engine.searcher)
-                hit.moment = time_moment(self.index.frame_bank(hit.video_id), x, plan, hit.record)
+                # its relevance is its weakest event's (engine.searcher): each event's best frame
+                hit.events = events
+                hit.event_peaks = r.max(axis=0) if len(r) else None
+                hit.moment = time_moment(bank, x, plan, hit.record)
                 hit.moment_source = None if hit.moment is None else self.name
         ranked = ordered(hits)
         if request.on_update is not None:
@@ -88,3 +93,13 @@ def time_moment(bank, x: np.ndarray, plan: TimeQuery, record) -> tuple[float, fl
         return None
     spans = [run_span(r, bank.timestamps, 1.0 / fps, duration) for r in runs]
     return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def weakest_event_relevance(hit: Hit, null_of) -> float | None:
+    """A time-tier hit's relevance (engine.relevance): its weakest event's, each event's best bank
+    frame against that event's own null (``null_of(p_k)``); None for an empty bank."""
+    if hit.event_peaks is None:
+        return None
+    return min(
+        relevance(float(peak), null_of(e)) for e, peak in zip(hit.events, hit.event_peaks, strict=True)
+    )
