@@ -14,7 +14,11 @@ The loss is listwise: softmax cross-entropy of the right video's final readout y
 sampled candidates' (the contrastive form of Eq. 11, with the head's score in place of q·z). With
 ``step_weight`` > 0 the readouts after 25, 50 and 75 % of each candidate's frames are trained the
 same way (the step-wise term of Eq. 14; a partial readout may not have seen the evidence yet, as
-§A.8 says, so it is weighted low).
+§A.8 says, so it is weighted low). With ``distill_weight`` > 0 those partial readouts are also drawn
+toward the final one (the final-embedding self-distillation of §A.8, Eq. 14's distillation term):
+the head's readout is a score, not an embedding, so what is distilled is the listwise distribution
+the final readouts give over a query's candidates, KL(softmax(y_T) || softmax(y_t)) with y_T held
+fixed (the teacher is the same head after every frame, as the paper's teacher is the final z_T).
 
 Measured on a held-out render (another seed): pair accuracy (the right video above its partner;
 chance 0.5), Hit@1 over the whole split, and the Table 5 controls of §A.6 applied at inference:
@@ -34,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from models.time_head import TimeHead, TimeHeadConfig, event_relevance, pad, save_time_head
 from models.time_query import parse_time_query
@@ -44,7 +49,12 @@ __all__ = [
     "TimeQueryItem",
     "TimeSplit",
     "evaluate",
+    "exit_trajectories",
+    "fit_exit_gate",
+    "hold_out",
+    "load_pairs",
     "load_split",
+    "measure_exit",
     "merge",
     "rule_score",
     "save",
@@ -52,7 +62,8 @@ __all__ = [
 ]
 
 CONTROLS = ("full", "shuffled", "reversed", "reset memory", "last frame only")
-CHECKPOINTS = {"after 25 %": 0.25, "after 50 %": 0.5, "after 75 %": 0.75}  # partial readouts (§A.8)
+STEP_SHARES = (0.25, 0.5, 0.75)  # the partial readouts the step and distillation terms train (§A.8)
+CHECKPOINTS = {f"after {round(100 * f)} %": f for f in STEP_SHARES}  # and Table 6 measures
 RULE = "rule, no learning"  # the free baseline on the same inputs (rule_score)
 
 
@@ -61,7 +72,7 @@ class TimeQueryItem:
     text: str
     condition: str
     right: str  # video key
-    partner: str  # its pair partner's key
+    partner: str | None  # its pair partner's key (a rendered pair's mirror; a user's query may have none)
     relevance: dict[str, np.ndarray]  # video key -> event relevance [T, S]
 
 
@@ -136,6 +147,100 @@ def load_split(work: Path, seed: int, model: Path, **render) -> TimeSplit:
     return split
 
 
+def load_pairs(index_dir: Path, pairs_file: Path, model: Path, *, candidates: int = 64, seed: int = 0,
+               head_dir: Path | None = None) -> TimeSplit:  # fmt: skip
+    """A split from a user's own labelled queries over an index they built (``indexer build``), for
+    backbones other than the shapes world's, whose order and count pairs cannot be rendered.
+
+    ``pairs_file`` holds one JSON object per line::
+
+        {"query": "a man opens the door, then a dog runs in", "video": "cam-0412"}
+        {"query": "the bell rings twice", "video": "lecture-07", "partner": "lecture-08"}
+
+    ``query`` must read as an order or a count (models.time_query), ``video`` is the id of the video
+    it describes and ``partner`` (optional) one that shows the same events otherwise (the mirror of
+    an order, the other count): it is always among a query's candidates and gives the pair accuracy.
+    The other candidates are up to ``candidates`` videos of the index drawn with ``seed``. Event
+    embeddings and frame banks come from the index and its backbone exactly as serving reads them.
+    Raises ValueError naming the line of a query that does not parse or a video the index lacks."""
+    from indexer.assembly import encoder_for, load_model_for_index
+    from indexer.store import IndexReader
+
+    rows = []
+    for number, line in enumerate(Path(pairs_file).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{Path(pairs_file).name} line {number}: not JSON ({exc.msg})") from None
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("query"), str)
+            or not isinstance(row.get("video"), str)
+        ):
+            raise ValueError(
+                f'{Path(pairs_file).name} line {number}: needs a "query" and a "video" (strings)'
+            )
+        parsed = parse_time_query(row["query"])
+        if parsed is None:
+            raise ValueError(
+                f"{Path(pairs_file).name} line {number}: {row['query']!r} does not read as an order "
+                '("A, then B", "A before B", ...) or a count ("A once", "A twice", ...)'
+            )
+        rows.append((number, row, parsed))
+    if not rows:
+        raise ValueError(f"{Path(pairs_file).name} holds no queries")
+    rng = np.random.default_rng(seed)
+    reader = IndexReader(index_dir)
+    try:
+        known = set(reader.bank_ids())
+        for number, row, _ in rows:
+            for key in ("video", "partner"):
+                if row.get(key) is not None and row[key] not in known:
+                    raise ValueError(
+                        f"{Path(pairs_file).name} line {number}: {key} {row[key]!r} has no frame bank in the index"
+                    )
+        loaded = load_model_for_index(reader.manifest, model, head_dir=head_dir)
+        encoder = encoder_for(reader.manifest, loaded.backbone, loaded.head, clip_batch_size=8)
+        banks: dict[str, np.ndarray] = {}
+
+        def bank(video_id: str) -> np.ndarray:
+            if video_id not in banks:
+                banks[video_id] = np.asarray(reader.frame_bank(video_id).embeddings, dtype=np.float32)
+            return banks[video_id]
+
+        pool = sorted(known)
+        split = TimeSplit()
+        for _, row, parsed in rows:
+            first = [row["video"]] + ([row["partner"]] if row.get("partner") else [])
+            others = [v for v in pool if v not in first]
+            picked = rng.choice(
+                len(others), size=min(max(0, candidates - len(first)), len(others)), replace=False
+            )
+            keys = first + [others[i] for i in sorted(picked)]
+            events = encoder.embed_queries(list(parsed.events)).float().numpy()
+            relevance = {key: event_relevance(bank(key), events) for key in keys}
+            split.queries.append(
+                TimeQueryItem(row["query"], parsed.condition, row["video"], row.get("partner"), relevance)
+            )
+        split.videos = sorted(banks)
+        return split
+    finally:
+        reader.close()
+
+
+def hold_out(split: TimeSplit, share: float, seed: int = 0) -> tuple[TimeSplit, TimeSplit]:
+    """(train, held out): ``share`` of the queries (at least one) kept apart for measuring."""
+    if not 0 < share < 1 or len(split.queries) < 2:
+        raise ValueError("holding queries out needs a share in (0, 1) and two queries at least")
+    order = np.random.default_rng(seed).permutation(len(split.queries))
+    n = max(1, round(share * len(split.queries)))
+    held = [split.queries[i] for i in sorted(order[:n])]
+    kept = [split.queries[i] for i in sorted(order[n:])]
+    return TimeSplit(kept, split.videos), TimeSplit(held, split.videos)
+
+
 def stretch(x: np.ndarray, rng: np.random.Generator, *, most: float = 3.0, cap: int = 720) -> np.ndarray:
     """``x`` with more haystack: up to ``most`` times as many frames (at most ``cap``), the added
     ones copies of its own background frames (every event relevance under a third of the video's
@@ -157,9 +262,12 @@ def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augm
     row stretched (:func:`stretch`) with probability ``augment``."""
     rows, conds = [], []
     for item in items:
-        others = [v for v in item.relevance if v not in (item.right, item.partner)]
-        picked = list(rng.choice(len(others), size=min(negatives, len(others)), replace=False))
-        keys = [item.right, item.partner] + [others[i] for i in picked]
+        first = [item.right] + ([item.partner] if item.partner else [])
+        others = [v for v in item.relevance if v not in first]
+        picked = list(
+            rng.choice(len(others), size=min(negatives + 2 - len(first), len(others)), replace=False)
+        )
+        keys = first + [others[i] for i in picked]
         rows.extend(
             stretch(item.relevance[k], rng) if rng.random() < augment else item.relevance[k] for k in keys
         )
@@ -169,8 +277,9 @@ def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augm
 
 
 def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, negatives: int = 14,
-                    lr: float = 1e-2, step_weight: float = 0.0, hidden: int = 32, seed: int = 0,
-                    augment: float = 0.5, val: TimeSplit | None = None, log_every: int = 250) -> TimeHead:  # fmt: skip
+                    lr: float = 1e-2, step_weight: float = 0.0, distill_weight: float = 0.0,
+                    hidden: int = 32, seed: int = 0, augment: float = 0.5, val: TimeSplit | None = None,
+                    log_every: int = 250) -> TimeHead:  # fmt: skip
     """Fit a head on ``train`` (module docstring); returns it in eval mode."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -181,16 +290,22 @@ def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, nega
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
         head.train()
-        items = [train.queries[i] for i in rng.choice(len(train.queries), size=batch, replace=False)]
+        picked = rng.choice(len(train.queries), size=min(batch, len(train.queries)), replace=False)
+        items = [train.queries[i] for i in picked]
         x, lengths, cond, per = _batch(items, head, rng, negatives, augment)
         steps_out, final = head(x, lengths, cond)
         target = torch.zeros(len(items), dtype=torch.long)
         loss = F.cross_entropy(final.view(len(items), per), target)
-        if step_weight > 0:
-            for frac in (0.25, 0.5, 0.75):
+        if step_weight > 0 or distill_weight > 0:
+            teacher = F.softmax(final.detach().view(len(items), per), dim=1)
+            for frac in STEP_SHARES:
                 at = (lengths.float() * frac).ceil().long().clamp(min=1) - 1
-                partial = steps_out.gather(1, at[:, None]).squeeze(1)
-                loss = loss + step_weight / 3 * F.cross_entropy(partial.view(len(items), per), target)
+                partial = steps_out.gather(1, at[:, None]).squeeze(1).view(len(items), per)
+                if step_weight > 0:  # Eq. 14's step-wise contrastive term
+                    loss = loss + step_weight / len(STEP_SHARES) * F.cross_entropy(partial, target)
+                if distill_weight > 0:  # self-distillation toward the final readout (§A.8)
+                    kl = F.kl_div(F.log_softmax(partial, dim=1), teacher, reduction="batchmean")
+                    loss = loss + distill_weight / len(STEP_SHARES) * kl
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -258,9 +373,11 @@ def evaluate(head: TimeHead, split: TimeSplit, controls=("full",)) -> dict[str, 
         pair = {"order": [], "count": []}
         hit = []
         for i, item in enumerate(split.queries):
-            s = dict(zip(split.videos, scores(head, item, split.videos, control, seed=i), strict=True))
+            keys = list(item.relevance)  # every video of a render; a user's query, its candidates
+            s = dict(zip(keys, scores(head, item, keys, control, seed=i), strict=True))
             kind = "order" if item.condition == "order" else "count"
-            pair[kind].append(float(s[item.right] > s[item.partner]))
+            if item.partner:
+                pair[kind].append(float(s[item.right] > s[item.partner]))
             hit.append(float(max(s, key=s.get) == item.right))
         both = pair["order"] + pair["count"]
         out[control] = {
@@ -288,3 +405,98 @@ def save(head: TimeHead, out: Path, *, backbone: str, trained: dict) -> Path:
     head.config.backbone = backbone
     head.config.trained = json.loads(json.dumps(trained))  # only what a JSON file can record
     return save_time_head(head, out)
+
+
+# -- early exit (§A.10, Eq. 19, Prop. 3) ----------------------------------------------------------
+#
+# The time head reads every candidate's bank in T_EXIT lockstep steps (step t: the first t / T_EXIT
+# of each candidate's frames). A gate p_t estimates A_t, "the top-1 after step t is the full
+# stream's top-1" (Assumption 2, Eq. 24), from what step t shows: its share t / T, the lead of the
+# first readout over the second, whether the top-1 changed since step t - 1, and the query's
+# condition. Exiting at the first t with p_t >= eta bounds the disagreement by 1 - eta + eps_g
+# (Prop. 3); the saved share of steps is 1 - E[T^] / T (Eq. 19). The gate is fitted on a render that
+# neither trained the head nor is measured.
+
+T_EXIT = 8
+
+
+@torch.no_grad()
+def exit_trajectories(head: TimeHead, split: TimeSplit) -> list[dict]:
+    """Per query: its condition, and at each lockstep t = 1..T_EXIT the top-1 candidate and the lead
+    of the first readout over the second."""
+    out = []
+    for item in split.queries:
+        keys = list(item.relevance)
+        scored = head.score([item.relevance[k] for k in keys], item.condition)
+        readouts = np.full((T_EXIT, len(keys)), -np.inf, dtype=np.float64)
+        for c, (_, y) in enumerate(scored):
+            for t in range(1, T_EXIT + 1):
+                if len(y):
+                    readouts[t - 1, c] = y[max(1, math.ceil(t / T_EXIT * len(y))) - 1]
+        top = readouts.argmax(axis=1)
+        ordered = np.sort(readouts, axis=1)
+        lead = ordered[:, -1] - ordered[:, -2] if len(keys) > 1 else np.full(T_EXIT, np.inf)
+        out.append({"condition": item.condition, "top": top, "lead": np.nan_to_num(lead, posinf=1e3),
+                    "right": keys.index(item.right)})  # fmt: skip
+    return out
+
+
+def _gate_features(trajectory: dict, conditions: tuple[str, ...]) -> np.ndarray:
+    """[T_EXIT, F] features of each step (see the comment above T_EXIT)."""
+    t = np.arange(1, T_EXIT + 1, dtype=np.float32) / T_EXIT
+    changed = np.concatenate([[1.0], (trajectory["top"][1:] != trajectory["top"][:-1]).astype(np.float32)])
+    cond = np.zeros((T_EXIT, len(conditions)), np.float32)
+    if trajectory["condition"] in conditions:
+        cond[:, conditions.index(trajectory["condition"])] = 1.0
+    lead = np.clip(trajectory["lead"], 0.0, 20.0).astype(np.float32)
+    return np.column_stack([t, lead, np.minimum(lead, 2.0), changed, cond, cond * t[:, None]]).astype(
+        np.float32
+    )
+
+
+def fit_exit_gate(trajectories: list[dict], conditions: tuple[str, ...], *, steps: int = 300) -> nn.Module:
+    """A logistic gate p_t = sigmoid(w · features_t + b), fitted by binary cross-entropy on A_t."""
+    x = torch.from_numpy(np.concatenate([_gate_features(tr, conditions) for tr in trajectories]))
+    y = torch.from_numpy(
+        np.concatenate([(tr["top"] == tr["top"][-1]).astype(np.float32) for tr in trajectories])
+    )
+    gate = nn.Linear(x.shape[1], 1)
+    opt = torch.optim.LBFGS(gate.parameters(), max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(gate(x).squeeze(1), y) + 1e-4 * gate.weight.square().sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return gate.eval()
+
+
+@torch.no_grad()
+def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[str, ...],
+                 etas=(0.5, 0.8, 0.9, 0.95, 0.98, 0.99), t_min: int = 1) -> list[dict]:  # fmt: skip
+    """Per eta: the share of steps saved (1 - E[T^] / T, Eq. 19), the top-1 agreement with the full
+    stream, Hit@1 at the exit against the full stream's, and the gate's calibration error (ECE over
+    ten bins of p_t, all steps): eps_g's empirical stand-in in Prop. 3's bound 1 - eta + eps_g."""
+    probs = [torch.sigmoid(gate(torch.from_numpy(_gate_features(tr, conditions)))).squeeze(1).numpy()
+             for tr in trajectories]  # fmt: skip
+    agree = [(tr["top"] == tr["top"][-1]) for tr in trajectories]
+    p_all, a_all = np.concatenate(probs), np.concatenate(agree).astype(np.float64)
+    bins = np.minimum((p_all * 10).astype(int), 9)
+    ece = float(sum(abs(p_all[bins == b].mean() - a_all[bins == b].mean()) * (bins == b).mean()
+                    for b in range(10) if (bins == b).any()))  # fmt: skip
+    full_hit = float(np.mean([tr["top"][-1] == tr["right"] for tr in trajectories]))
+    out = []
+    for eta in etas:
+        saved, agreed, hit = [], [], []
+        for tr, p in zip(trajectories, probs, strict=True):
+            ok = np.flatnonzero((p >= eta) & (np.arange(1, T_EXIT + 1) >= t_min))
+            t = int(ok[0]) + 1 if len(ok) else T_EXIT
+            saved.append(1 - t / T_EXIT)
+            agreed.append(float(tr["top"][t - 1] == tr["top"][-1]))
+            hit.append(float(tr["top"][t - 1] == tr["right"]))
+        out.append({"eta": eta, "saved": float(np.mean(saved)), "agreement": float(np.mean(agreed)),
+                    "hit@1": float(np.mean(hit)), "full_hit@1": full_hit, "ece": ece,
+                    "queries": len(trajectories)})  # fmt: skip
+    return out

@@ -2,10 +2,17 @@
 ("a red square appears, then a blue circle appears") and count ("... appears twice") by reading a
 video's frame bank in time order against each event of the query.
 
-It renders shapes-world videos (mirror pairs, once / twice pairs, single events; cached under
---workdir), indexes them with the backbone, trains on --train-seeds' renders and measures on
---val-seed's, a render the head never saw: pair accuracy (right video above its partner; chance
-0.5), Hit@1 over the split, and the Table 5 controls (shuffled, reversed, reset memory, last frame
+By default it renders shapes-world videos (mirror pairs, once / twice pairs, single events; cached
+under --workdir), indexes them with the backbone, trains on --train-seeds' renders and measures on
+--val-seed's, a render the head never saw. With real weights, train it on your own videos instead:
+index them (`indexer build`), write one JSON line per labelled query,
+
+    {"query": "a man opens the door, then a dog runs in", "video": "cam-0412", "partner": "cam-0413"}
+
+("partner", optional: a video with the same events in another order or number) and run
+`qaslr train-time-head OUT --model YOUR_BACKBONE --index INDEX --pairs pairs.jsonl`; a share of the
+queries (--val-share), or the queries of --held-out, is measured. It reports pair accuracy (right
+video above its partner; chance 0.5), Hit@1 over the split, and the Table 5 controls (shuffled, reversed, reset memory, last frame
 only). OUT/time_head.json records the settings and those numbers. The weights shipped in
 training/tiny_world/time_head/ are this command with its defaults (training/README.md, "The time
 head", gives the time it takes). Serve a head with QASLR_TIME_HEAD=OUT, or put it in a checkpoint's
@@ -21,6 +28,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="backbone checkpoint (default: the shipped tiny-world one)")
     p.add_argument("--workdir", default=None, help="renders and indexes, reused by later runs "
                    "(default: qaslr-time-head under the temp directory)")  # fmt: skip
+    p.add_argument("--index", default=None, help="train on your own videos: an index built from them "
+                   "(with --pairs; nothing is rendered)")  # fmt: skip
+    p.add_argument("--pairs", default=None, help="JSON lines of labelled order / count queries over --index "
+                   "(the format is above)")  # fmt: skip
+    p.add_argument("--held-out", default=None,
+                   help="held-out queries over --index in the same format (default: --val-share of --pairs)")  # fmt: skip
+    p.add_argument("--val-share", type=float, default=0.25, help="share of --pairs held out when no "
+                   "--held-out is given")  # fmt: skip
+    p.add_argument("--candidates", type=int, default=64,
+                   help="videos of --index each of your queries is ranked against (its own, its partner, others)")  # fmt: skip
+    p.add_argument("--head", default=None, help="the streaming head --index was built with, if any")
     p.add_argument("--train-seeds", type=int, nargs="+", default=[1], help="renders to train on")
     p.add_argument("--val-seed", type=int, default=2, help="the held-out render measured at the end")
     p.add_argument("--order-pairs", type=int, default=24, help="mirror pairs per training render")
@@ -37,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=1500, help="optimizer steps")
     p.add_argument("--step-weight", type=float, default=0.0,
                    help="weight of the readouts after 25/50/75 %% of the frames (Eq. 14's step term)")  # fmt: skip
+    p.add_argument("--distill-weight", type=float, default=0.0,
+                   help="weight of drawing those partial readouts toward the final one (§A.8's "
+                   "self-distillation)")  # fmt: skip
     p.add_argument("--hidden", type=int, default=32, help="the memory's size")
     p.add_argument("--augment", type=float, default=0.5,
                    help="share of training rows given more haystack (up to 3x their frames)")  # fmt: skip
@@ -51,9 +72,24 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from core.errors import ConfigurationError
+    from indexer.store.format import IndexMismatchError
     from models.backbone import checkpoint_fingerprint
-    from training.time_head import CONTROLS, RULE, evaluate, load_split, merge, save, train_time_head
+    from training.time_head import (
+        CONTROLS,
+        RULE,
+        evaluate,
+        hold_out,
+        load_pairs,
+        load_split,
+        merge,
+        save,
+        train_time_head,
+    )
 
+    if (args.index is None) != (args.pairs is None):
+        print("error: --index and --pairs go together: your index and your labelled queries over it")
+        return 2
     torch.set_num_threads(args.threads)
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-time-head")
     work.mkdir(parents=True, exist_ok=True)
@@ -66,18 +102,33 @@ def run(args: argparse.Namespace) -> int:
         if not (model / "config.json").exists():
             tiny_world_checkpoint(model)
     t0 = time.perf_counter()
-    lengths = {"min_s": args.min_s, "max_s": args.max_s}
-    train = merge([
-        load_split(work, seed, model, order_pairs=args.order_pairs, count_pairs=args.count_pairs,
-                   singles=args.singles, **lengths)
-        for seed in args.train_seeds
-    ])  # fmt: skip
-    val = load_split(work, args.val_seed, model, order_pairs=args.val_pairs, count_pairs=args.val_pairs,
-                     singles=args.val_singles, min_s=args.val_min_s, max_s=args.val_max_s)  # fmt: skip
+    if args.pairs is not None:
+        index, head_dir = Path(args.index), Path(args.head) if args.head else None
+        try:
+            train = load_pairs(index, Path(args.pairs), model, candidates=args.candidates, seed=args.seed,
+                               head_dir=head_dir)  # fmt: skip
+            if args.held_out:
+                val = load_pairs(index, Path(args.held_out), model, candidates=args.candidates,
+                                 seed=args.seed + 1, head_dir=head_dir)  # fmt: skip
+            else:
+                train, val = hold_out(train, args.val_share, seed=args.seed)
+        except (ValueError, ConfigurationError, IndexMismatchError, OSError) as exc:
+            print(f"error: {exc}")  # a query that does not parse, a video or model the index lacks
+            return 2
+    else:
+        lengths = {"min_s": args.min_s, "max_s": args.max_s}
+        train = merge([
+            load_split(work, seed, model, order_pairs=args.order_pairs, count_pairs=args.count_pairs,
+                       singles=args.singles, **lengths)
+            for seed in args.train_seeds
+        ])  # fmt: skip
+        val = load_split(work, args.val_seed, model, order_pairs=args.val_pairs, count_pairs=args.val_pairs,
+                         singles=args.val_singles, min_s=args.val_min_s, max_s=args.val_max_s)  # fmt: skip
     data_s = time.perf_counter() - t0
     print(f"data: {len(train.queries)} training queries, {len(val.queries)} held-out ({data_s:.0f} s)")
     t1 = time.perf_counter()
-    head = train_time_head(train, steps=args.steps, step_weight=args.step_weight, hidden=args.hidden,
+    head = train_time_head(train, steps=args.steps, step_weight=args.step_weight,
+                           distill_weight=args.distill_weight, hidden=args.hidden,
                            seed=args.seed, augment=args.augment, val=val)  # fmt: skip
     train_s = time.perf_counter() - t1
     measured = evaluate(head, val, (*CONTROLS, RULE))
@@ -85,8 +136,11 @@ def run(args: argparse.Namespace) -> int:
     for control, m in measured.items():
         print(f"{control:<18} {m['pair']:6.3f} {m['order']:6.3f} {m['count']:6.3f} {m['hit@1']:6.3f}")
     settings = {
-        k: v for k, v in vars(args).items() if k not in ("out", "model", "workdir", "_run", "log_level")
-    }
+        k: v for k, v in vars(args).items()
+        if k not in ("out", "model", "workdir", "index", "pairs", "held_out", "head", "_run", "log_level")
+    }  # fmt: skip
+    if args.pairs is not None:  # the data is the user's: record its name, not its machine path
+        settings["pairs"] = Path(args.pairs).name
     trained = {
         "command": "qaslr train-time-head",
         "settings": settings,
