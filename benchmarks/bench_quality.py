@@ -22,6 +22,8 @@ mode, in one run:
     ... on top H, always        ``mode=rerank, heavy=H``: the frame tier, then one-shot on its top H
     cascade, the default        ``mode=rerank`` with the server's defaults: one-shot on the frame tier's
                                 top DEFAULT_HEAVY only when its first two lie within DEFAULT_HEAVY_MARGIN
+                                (0 since the close calls stopped earning their cost: the frame tier),
+                                order and count queries to the time head
     head on all R / top H / default   the same with the --rerank-head streaming head (two-stage QASLR)
     ..., exit eta               with early exit (a gate in RUNDIR/gate, --exit-threshold)
     uniform QASLR               streaming index built with --index-head, ``mode=indexed``
@@ -66,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import environment, recorded_args, world_workdir_and_model  # noqa: E402
-from core.config import DEFAULT_HEAVY, DEFAULT_TEXT_CONDITIONING  # noqa: E402
+from core.config import DEFAULT_HEAVY, DEFAULT_HEAVY_MARGIN, DEFAULT_TEXT_CONDITIONING  # noqa: E402
 
 METRICS = (
     ("recall@R", "stage-1 R@R %", True),
@@ -574,6 +576,7 @@ def main(argv=None) -> int:
             json.dumps(
                 {
                     "args": recorded_args(args),
+                    "defaults": {"heavy": DEFAULT_HEAVY, "heavy_margin": DEFAULT_HEAVY_MARGIN},
                     "minutes": minutes,
                     "per_seed": per_seed,
                     "environment": environment(),

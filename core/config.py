@@ -144,9 +144,13 @@ FRAME_AGGREGATE = FrameAggregate.MAX
 # The cascade's heavy tier re-encodes the frame tier's top this many candidates (a request may ask
 # for 0..R with `heavy`); chosen by benchmarks/bench_quality.py (docs/results.md).
 DEFAULT_HEAVY = 3
-# ... and only when the frame tier's first two scores lie within this (its answer is too close to call;
-# mirror pairs, whose frames are the same, always are). 2 = always.
-DEFAULT_HEAVY_MARGIN = 0.05
+# ... and only when the frame tier's first two scores lie within this (its answer is too close to call).
+# 0 = never unless a request asks (heavy, or heavy_margin > 0); 2 = always. Measured (bench_quality,
+# docs/results.md): at 0.05 the one-shot heavy tier on close calls changed single-event Hit@1 against
+# the frame tier's by 0, +1, -2 and -1 queries in four runs (276 queries, 2-20 min videos): it did not
+# earn its cost (up to a second a query), so single-event queries stop at the frame tier; order and
+# count queries go to the time head (engine.tiers.timehead) whatever this is.
+DEFAULT_HEAVY_MARGIN = 0.0
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 # Refining costs a decode of the source around each edge: with 3, refinement was 86 % of the default
 # cascade's p50 (403 of 469 ms; bench_quality seeds 0-2), for R1@0.7 that is measured on the top-1.

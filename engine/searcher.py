@@ -442,8 +442,9 @@ class Searcher:
     def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
         """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot
         or the streaming head) over the frame tier's top ``p.heavy`` only, and only when the frame
-        tier's first two scores lie within ``p.heavy_margin`` (its answer is too close to call) or the
-        query asks about order or count and the heavy tier is a streaming head. The heavy tier orders
+        tier's first two scores lie within ``p.heavy_margin`` (its answer is too close to call; by
+        default 0, never: core.config says why) or the query asks about order or count and the heavy
+        tier is a streaming head. The heavy tier orders
         what it scored, by its own score, above the rest, which keep the frame tier's order: one
         score space per ranked group, and every hit says which tier ranked it. A query about order
         or count that the server's time head answers goes to the time tier instead, over all R

@@ -9,6 +9,7 @@ benchmark command that the page names beside each table:
     docs/bench/quality.json         benchmarks/bench_quality.py --json ...   (shapes world, 3 seeds)
     docs/bench/quality_long.json    benchmarks/bench_quality.py --min-s 720 --max-s 1200 ... (long videos)
     docs/bench/time_tier.json       benchmarks/bench_quality.py --order-pairs 6 --count-pairs 6 ... (the time head)
+    docs/bench/time_head_recipe.json benchmarks/bench_time_head.py --json ... (its Table 6, its early exit)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
     docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
@@ -361,6 +362,56 @@ def storage_section(data: dict) -> list[str]:
     return out
 
 
+def time_recipe_section(data: dict) -> list[str]:
+    """The time head's Table 6 (step-wise and self-distillation terms) and early exit
+    (benchmarks/bench_time_head.py)."""
+    args = data.get("args", {})
+    seeds = args.get("seeds", [])
+    q = data.get("queries", {})
+    out = [
+        "## The time head's recipe: Table 6 and early exit",
+        "",
+        f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_time_head.py --steps {args.get('steps')}` — "
+        f"heads trained on the default training render ({q.get('train')} queries), measured on the held-out "
+        f"render ({q.get('held_out')} queries, 60-240 s videos, every video of the render a candidate); "
+        f"weight seeds {', '.join(str(x) for x in seeds)}, mean ± std; {data.get('minutes', 0):.0f} min on 2 cores.",
+        "",
+        "Table 6: order / count pair accuracy (the right video above its mirror or other count; chance 50 %) "
+        "of the readout after that share of each candidate's frames.",
+        "",
+        "| training | 25 % | 50 % | 75 % | all | mean |",
+        "|---|---|---|---|---|---|",
+    ]
+    checks = ("after 25 %", "after 50 %", "after 75 %", "full", "mean")
+    for recipe, row in data.get("table6", {}).items():
+        cells = [
+            f"{_mean_std(row['order'][c], True)} / {_mean_std(row['count'][c], True)}" for c in checks
+        ]
+        out.append(f"| {recipe} | " + " | ".join(cells) + " |")
+    exits = data.get("exit", {})
+    if exits:
+        out += [
+            "",
+            f"Early exit: every candidate read in 8 lockstep steps; a logistic gate fitted on a third render "
+            f"({q.get('gate')} queries) stops at the first step with p_t >= eta. *Saved* is 1 - E[T^] / T (Eq. 19); "
+            "*agreement* is the top-1 at the exit against the full stream's; *ECE* is the gate's calibration error "
+            "(eps_g of Prop. 3's bound 1 - eta + eps_g). A step here is a memory update over stored frame embeddings: "
+            "an exit saves milliseconds, not backbone calls.",
+            "",
+            "| head | eta | steps saved % | top-1 agreement % | Hit@1 at exit % | Hit@1 full % | ECE |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for recipe, rows in exits.items():
+            for row in rows:
+                out.append(
+                    f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
+                    f"{_mean_std(row['agreement'], True)} | {_mean_std(row['hit@1'], True)} | "
+                    f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
+                )
+    env = _environment(data)
+    return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
+
+
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
@@ -387,6 +438,9 @@ def results_page() -> str:
     timed = _load("time_tier.json")
     if timed:
         out += quality_section(timed, "Order and count: the time head beside every tier")
+    recipe = _load("time_head_recipe.json")
+    if recipe:
+        out += time_recipe_section(recipe)
     for name, title, script in (
         ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
         ("load.json", "Many users at once", "benchmarks/bench_load.py"),

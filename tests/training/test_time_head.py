@@ -9,7 +9,16 @@ import pytest
 import torch
 
 from models.time_head import TimeHead, TimeHeadConfig, load_time_head, save_time_head, time_head_fingerprint
-from training.time_head import CONTROLS, TimeQueryItem, TimeSplit, evaluate, train_time_head
+from training.time_head import (
+    CONTROLS,
+    T_EXIT,
+    TimeQueryItem,
+    TimeSplit,
+    evaluate,
+    fit_exit_gate,
+    measure_exit,
+    train_time_head,
+)
 
 pytestmark = pytest.mark.slow  # trains a head to a result
 
@@ -112,3 +121,45 @@ def test_a_saved_head_loads_to_the_same_scores(trained, tmp_path):
 def test_a_folder_without_a_time_head_is_refused_with_what_is_missing(tmp_path):
     with pytest.raises(ValueError, match="time_head.json"):
         load_time_head(tmp_path)
+
+
+def _partial_kl(head, split: TimeSplit, share: float = 0.5) -> float:
+    """Mean KL(softmax(final readouts) || softmax(readouts after ``share`` of the frames)) over the
+    split's queries: how far the partial readouts' ranking lies from the final one's."""
+    out = []
+    for item in split.queries:
+        scored = head.score(list(item.relevance.values()), item.condition)
+        final = torch.tensor([s for s, _ in scored])
+        part = torch.tensor([float(y[max(1, int(np.ceil(share * len(y)))) - 1]) for _, y in scored])
+        p = torch.softmax(final, 0)
+        out.append(float((p * (torch.log_softmax(final, 0) - torch.log_softmax(part, 0))).sum()))
+    return float(np.mean(out))
+
+
+def test_self_distillation_draws_the_partial_readouts_toward_the_final_one():
+    torch.set_num_threads(1)
+    train, held = _split(0), _split(1)
+    plain = train_time_head(train, steps=300, negatives=2, batch=16, seed=0, log_every=0)
+    distilled = train_time_head(
+        train, steps=300, negatives=2, batch=16, seed=0, log_every=0, distill_weight=1.0
+    )
+    assert _partial_kl(distilled, held) < _partial_kl(plain, held)
+
+
+def _trajectory(settle: int, condition: str = "order") -> dict:
+    """A query's lockstep readouts: the top-1 wanders until step ``settle``, then holds with a
+    growing lead (what a found event gives)."""
+    top = np.array([(t % 3) + 1 if t < settle - 1 else 0 for t in range(T_EXIT)])
+    lead = np.array([0.05 if t < settle - 1 else 1.0 + t for t in range(T_EXIT)], dtype=np.float64)
+    return {"condition": condition, "top": top, "lead": lead, "right": 0}
+
+
+def test_the_exit_gate_stops_once_the_top_one_has_settled_and_keeps_the_full_answer():
+    rng = np.random.default_rng(0)
+    fit = [_trajectory(int(rng.integers(1, T_EXIT + 1))) for _ in range(200)]
+    held = [_trajectory(int(rng.integers(1, T_EXIT + 1))) for _ in range(100)]
+    gate = fit_exit_gate(fit, ("order",))
+    rows = {r["eta"]: r for r in measure_exit(gate, held, ("order",), etas=(0.9, 1.01))}
+    assert rows[0.9]["saved"] > 0.25 and rows[0.9]["agreement"] == 1.0
+    assert rows[0.9]["hit@1"] == rows[0.9]["full_hit@1"] == 1.0
+    assert rows[1.01]["saved"] == 0.0  # a threshold no p_t reaches: the full stream, Prop. 3's T^ = T
