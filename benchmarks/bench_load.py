@@ -1,7 +1,7 @@
 """Many users at once on one model: bounded loopback load on `qaslr serve`, old lane vs new.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
-        [--requests 16] [--cap-s 30] [--shortlist 10] [--frames 32] [--stage1-requests 60]
+        [--requests 32] [--cap-s 45] [--shortlist 10] [--frames 32] [--stage1-requests 60]
         [--workdir DIR] [--json out.json]
 
 What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
@@ -288,8 +288,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-s", type=float, default=30.0, help="shortest video, s")
     p.add_argument("--max-s", type=float, default=60.0, help="longest video, s")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
-    p.add_argument("--requests", type=int, default=16, help="rerank requests per load level")
-    p.add_argument("--cap-s", type=float, default=30.0, help="time cap per load level, s")
+    p.add_argument("--requests", type=int, default=32, help="rerank requests per load level")
+    p.add_argument("--cap-s", type=float, default=45.0, help="time cap per load level, s")
     p.add_argument("--load-clients", type=int, default=4, help="rerank clients behind the stage-1 probe")
     p.add_argument(
         "--stage1-requests", type=int, default=60, help="stage-1 probes per phase (a p95 needs more than 20)"

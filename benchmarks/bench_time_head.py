@@ -18,7 +18,8 @@ in 8 lockstep steps; a logistic gate over the step's share, the lead of the firs
 second, whether the top-1 just changed and the condition, fitted on seed 3's render, stops at the
 first step with p_t >= eta. Per eta: the share of steps saved, top-1 agreement with the full stream,
 Hit@1 at the exit beside the full stream's, and the gate's calibration error (eps_g's stand-in in
-the bound 1 - eta + eps_g). The head is the step + distillation one (its partial readouts are trained)
+the bound 1 - eta + eps_g); beside them what an oracle saves at full agreement (each query stopped at
+the first step after which its top-1 never changes), the most any gate over these steps can save. The head is the step + distillation one (its partial readouts are trained)
 and, for comparison, the final-only one. What a step saves: the time head reads stored frame
 embeddings, so an exit saves memory updates (GRU steps, milliseconds), not backbone calls.
 
@@ -150,6 +151,10 @@ def main() -> int:
         print(
             f"{'eta':>5} {'steps saved':>16} {'top-1 agreement':>16} {'Hit@1 at exit':>16} {'Hit@1 full':>16} {'ECE':>8}"
         )
+        oracle = exits[recipe][0]["oracle_saved"]
+        print("an oracle (each query stopped once its top-1 never changes) saves " + ", ".join(
+            f"{k} {_ms([o[k] for o in oracle])}" for k in oracle[0]
+        ))  # fmt: skip
         for row in exits[recipe]:
             print(f"{row['eta'][0]:>5} {_ms(row['saved']):>16} {_ms(row['agreement']):>16} "
                   f"{_ms(row['hit@1']):>16} {_ms(row['full_hit@1']):>16} {np.mean(row['ece']):8.3f}")  # fmt: skip

@@ -9,17 +9,22 @@ and a running job sees the same deadline between search stages.
 ``threads=1`` is the single model thread that runs each search whole. With more threads (dynamic
 batching, :mod:`engine.batching`) searches run side by side: their cheap stages on these threads,
 their heavy encodes on the batcher's thread, so a stage-1 search never waits behind a rerank's
-encode. :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search starts
-while it runs, as with the single thread).
+encode. With ``light_threads`` > 0 a job submitted with ``light=True`` (a stage-1-only search) runs
+on a lane of its own: it never waits for a search thread that a rerank holds. Both lanes share the
+admission queue. :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search
+starts while it runs, as with the single thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from core.config import SEARCH_THREADS_EXTRA, SEARCH_THREADS_PER_CORE
 
 T = TypeVar("T")
 
@@ -75,10 +80,23 @@ class _SharedExclusive:
 
 
 class ModelWorker:
-    def __init__(self, queue_size: int, *, threads: int = 1, on_depth: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        queue_size: int,
+        *,
+        threads: int = 1,
+        light_threads: int = 0,
+        on_depth: Callable[[int], None] | None = None,
+    ):
         self.capacity = int(queue_size) + 1
         self.threads = max(1, int(threads))
         self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="qaslr-model")
+        self.light_threads = max(0, int(light_threads))
+        self._light = (
+            ThreadPoolExecutor(max_workers=self.light_threads, thread_name_prefix="qaslr-light")
+            if self.light_threads
+            else None
+        )
         # call_soon's own thread: it waits for the running searches without taking a search thread
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaslr-model-exclusive")
         self._model = _SharedExclusive()
@@ -98,7 +116,8 @@ class ModelWorker:
         if self._on_depth is not None:
             self._on_depth(depth)
 
-    async def run(self, fn: Callable[[], T], *, timeout: float) -> T:
+    async def run(self, fn: Callable[[], T], *, timeout: float, light: bool = False) -> T:
+        """Run ``fn`` on a search thread (on the light lane when ``light`` and there is one)."""
         with self._lock:
             if self._pending >= self.capacity:
                 raise QueueFull(f"{self._pending} searches admitted (capacity {self.capacity})")
@@ -123,7 +142,8 @@ class ModelWorker:
 
         loop = asyncio.get_running_loop()
         try:
-            future = loop.run_in_executor(self._executor, job)
+            lane = self._light if light and self._light is not None else self._executor
+            future = loop.run_in_executor(lane, job)
         except BaseException:
             self._changed(-1)
             raise
@@ -151,7 +171,19 @@ class ModelWorker:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._light is not None:
+            self._light.shutdown(wait=False, cancel_futures=True)
         self._side.shutdown(wait=False, cancel_futures=True)
+
+
+def auto_search_threads() -> int:
+    """Search threads when none are configured: the cores this process may use, plus one
+    (core.config SEARCH_THREADS_PER_CORE, SEARCH_THREADS_EXTRA)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores * SEARCH_THREADS_PER_CORE + SEARCH_THREADS_EXTRA)
 
 
 def _retrieve(future) -> None:

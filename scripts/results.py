@@ -406,6 +406,7 @@ def time_recipe_section(data: dict) -> list[str]:
         cells = [f"{_mean_std(row['order'][c], True)} / {_mean_std(row['count'][c], True)}" for c in checks]
         out.append(f"| {recipe} | " + " | ".join(cells) + " |")
     exits = data.get("exit", {})
+    notes: list[str] = []
     if exits:
         out += [
             "",
@@ -419,6 +420,13 @@ def time_recipe_section(data: dict) -> list[str]:
             "|---|---|---|---|---|---|---|",
         ]
         for recipe, rows in exits.items():
+            oracle = rows[0].get("oracle_saved")
+            if oracle:
+                notes.append(
+                    f"Head *{recipe}*: an oracle that stops each query once its top-1 never changes again saves "
+                    + ", ".join(f"{k} {_mean_std([o[k] for o in oracle], True)} %" for k in oracle[0])
+                    + " of the steps: no gate over these steps can save more."
+                )
             for row in rows:
                 out.append(
                     f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
@@ -426,7 +434,8 @@ def time_recipe_section(data: dict) -> list[str]:
                     f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
                 )
     env = _environment(data)
-    return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
+    notes = [line for note in notes for line in ("", note)]
+    return [*out, *notes, "", *([f"Environment: {env}.", ""] if env else [])]
 
 
 def _cell(value) -> str:

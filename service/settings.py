@@ -101,8 +101,9 @@ class Settings(BaseSettings):
     )
     search_threads: int = Field(
         _E.search_threads, ge=0, le=256,
-        description="with batching: threads running searches' cheap stages (0 = queue_size + 1: every "
-        "admitted search starts at once)",
+        description="with batching: threads running searches' cheap stages (0 = the cores + 1; more only "
+        "share the cores, and searches beyond them wait in the queue); stage-1-only searches have a lane of "
+        "their own",
     )  # fmt: skip
     batch_max_wait_ms: float = Field(
         _E.batch_max_wait_ms, ge=0, le=1000,

@@ -478,7 +478,9 @@ def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[st
                  etas=(0.5, 0.8, 0.9, 0.95, 0.98, 0.99), t_min: int = 1) -> list[dict]:  # fmt: skip
     """Per eta: the share of steps saved (1 - E[T^] / T, Eq. 19), the top-1 agreement with the full
     stream, Hit@1 at the exit against the full stream's, and the gate's calibration error (ECE over
-    ten bins of p_t, all steps): eps_g's empirical stand-in in Prop. 3's bound 1 - eta + eps_g."""
+    ten bins of p_t, all steps): eps_g's empirical stand-in in Prop. 3's bound 1 - eta + eps_g. And
+    the share an oracle saves at 100 % agreement (each query stopped once its top-1 never changes
+    again), overall and per condition: no gate over these steps can save more."""
     probs = [torch.sigmoid(gate(torch.from_numpy(_gate_features(tr, conditions)))).squeeze(1).numpy()
              for tr in trajectories]  # fmt: skip
     agree = [(tr["top"] == tr["top"][-1]) for tr in trajectories]
@@ -487,6 +489,14 @@ def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[st
     ece = float(sum(abs(p_all[bins == b].mean() - a_all[bins == b].mean()) * (bins == b).mean()
                     for b in range(10) if (bins == b).any()))  # fmt: skip
     full_hit = float(np.mean([tr["top"][-1] == tr["right"] for tr in trajectories]))
+    # what no gate can beat: each query stopped at the first step after which its top-1 never changes
+    settled = [
+        T_EXIT - int(np.flatnonzero(tr["top"] != tr["top"][-1]).max(initial=-1)) - 1 for tr in trajectories
+    ]
+    oracle = {"all": float(np.mean([s / T_EXIT for s in settled]))}
+    for cond in sorted({tr["condition"] for tr in trajectories}):
+        oracle[cond] = float(np.mean([s / T_EXIT for s, tr in zip(settled, trajectories, strict=True)
+                                      if tr["condition"] == cond]))  # fmt: skip
     out = []
     for eta in etas:
         saved, agreed, hit = [], [], []
@@ -498,5 +508,5 @@ def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[st
             hit.append(float(tr["top"][t - 1] == tr["right"]))
         out.append({"eta": eta, "saved": float(np.mean(saved)), "agreement": float(np.mean(agreed)),
                     "hit@1": float(np.mean(hit)), "full_hit@1": full_hit, "ece": ece,
-                    "queries": len(trajectories)})  # fmt: skip
+                    "oracle_saved": oracle, "queries": len(trajectories)})  # fmt: skip
     return out

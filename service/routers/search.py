@@ -13,6 +13,7 @@ from collections import Counter
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from core.config import SearchMode
 from engine.batching import EncodeCancelled
 from engine.searcher import DeadlineExceeded, InvalidRequest, SearchCancelled
 from engine.worker import QueueFull, WorkerTimeout
@@ -167,6 +168,11 @@ def _job(prep: _Prepared, state: AppState, on_update=None, gone: threading.Event
     return job
 
 
+def _light(prep) -> bool:
+    """Stage 1 only (mode=indexed): the worker's light lane, never behind a rerank's search thread."""
+    return prep.params.mode == SearchMode.INDEXED
+
+
 async def _watch_disconnect(request: Request, gone: threading.Event, poll_s: float = 0.1) -> None:
     """Set ``gone`` when the client closes the connection (until cancelled)."""
     while not gone.is_set():
@@ -199,7 +205,7 @@ async def search(
     watcher = asyncio.ensure_future(_watch_disconnect(request, gone))
     try:
         result = await state.worker.run(
-            _job(prep, state, gone=gone), timeout=state.settings.request_timeout_s
+            _job(prep, state, gone=gone), timeout=state.settings.request_timeout_s, light=_light(prep)
         )
     except Exception as exc:
         gone.set()  # a refused or abandoned search stops what it still had queued
@@ -258,7 +264,11 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
 
     gone = threading.Event()
     task = asyncio.ensure_future(
-        state.worker.run(_job(prep, state, on_update, gone=gone), timeout=state.settings.request_timeout_s)
+        state.worker.run(
+            _job(prep, state, on_update, gone=gone),
+            timeout=state.settings.request_timeout_s,
+            light=_light(prep),
+        )
     )
     task.add_done_callback(_retrieve)  # a client that went away must not leave it unretrieved
     first = asyncio.ensure_future(lines.get())

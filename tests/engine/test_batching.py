@@ -175,6 +175,29 @@ def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive()
         worker.shutdown()
 
 
+def test_a_stage_one_search_has_a_lane_of_its_own_when_every_search_thread_is_held():
+    from engine.worker import WorkerTimeout, auto_search_threads
+
+    worker = ModelWorker(8, threads=2, light_threads=1)
+    release = threading.Event()
+
+    async def scenario():
+        held = [asyncio.ensure_future(worker.run(lambda: release.wait(10), timeout=10)) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert await worker.run(lambda: "stage 1", timeout=2, light=True) == "stage 1"
+        with pytest.raises(WorkerTimeout):  # the same job on the search threads waits behind them
+            await worker.run(lambda: "rerank", timeout=0.3)
+        assert worker.depth == 3  # the abandoned one still counts until its turn comes (then skipped)
+        release.set()
+        await asyncio.gather(*held)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.shutdown()
+    assert auto_search_threads() >= 2  # the cores + 1
+
+
 def _ranking(outcome):
     return [(h.video_id, h.tier) for h in outcome.hits], [h.score for h in outcome.hits]
 
