@@ -46,12 +46,12 @@ CHECKPOINT_HEAD_DIR = "rerank_head"
 # Added to the stage-2 batcher threads' nice value on Linux (engine.batching), so that the cheap stages of
 # other searches go first on a busy CPU (benchmarks/bench_load.py: stage-1 p95 under rerank load)
 BATCH_NICE = 10
-# Search threads (with batching) when none are configured: the cores plus one. More searches side by
-# side than that only share the cores and the interpreter lock: on 2 cores, the default cascade under
-# 8 clients gave 10.7 req/s with every admitted search running (33 threads) and 16.2 with 3
-# (benchmarks/bench_load.py). Searches beyond them wait in the admission queue, which the answer's
-# timings report as `queue`.
-SEARCH_THREADS_PER_CORE, SEARCH_THREADS_EXTRA = 1, 1
+# Searches whose cheap stages run at once (with batching) when none are configured: the cores plus one.
+# More at once only share the cores and the interpreter lock: on 2 cores the default cascade under 8
+# clients gave 10.7 req/s with every admitted search running and 16.2 with 3 (benchmarks/bench_load.py).
+# A search waiting for the batcher gives its slot up meanwhile, so the heavy tier still gathers every
+# admitted search's clips into shared backbone calls. Time spent waiting for a slot is the answer's `queue`.
+CPU_SLOTS_PER_CORE, CPU_SLOTS_EXTRA = 1, 1
 # Threads of the light lane: stage-1-only searches (mode=indexed) run there, so they never wait for a
 # search thread held by a rerank.
 LIGHT_LANE_THREADS = 2

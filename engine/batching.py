@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.config import BATCH_NICE
-from engine.worker import QueueFull
+from engine.worker import QueueFull, off_the_cpu
 
 __all__ = [
     "BatchStats",
@@ -131,8 +131,9 @@ class EncodeTicket:
 
     def wait(self, poll_s: float = 0.05) -> list:
         """The embeddings, in submission order; raises what the batch raised, or EncodeCancelled."""
-        while not self.done.wait(poll_s):
-            pass
+        with off_the_cpu():  # the search's CPU slot goes to another search meanwhile
+            while not self.done.wait(poll_s):
+                pass
         if self.error is not None:
             raise self.error
         return self.results

@@ -61,7 +61,8 @@ class EngineConfig:
     # -- the model worker -------------------------------------------------------------------------
     queue_size: int = 8  # searches waiting for the model worker beyond the running one(s)
     batching: bool = True  # request threads + one batcher for stage-2 encodes (False: one model thread)
-    search_threads: int = 0  # request threads running searches with batching (0: the cores + 1)
+    search_threads: int = 0  # request threads running searches with batching (0: queue_size + 1)
+    cpu_slots: int = 0  # ... of which run their cheap stages at once (0: the cores + 1; engine.worker)
     batch_max_wait_ms: float = 5.0  # the longest a clip waits in the batcher for others to join it
     batch_max_frames: int = 0  # frames per batched encode call (0: clip_batch_size x the index's L)
     batch_workers: int = 0  # threads running batched encodes (0: 1 on a GPU, the spare cores on a CPU)

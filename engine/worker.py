@@ -9,9 +9,11 @@ and a running job sees the same deadline between search stages.
 ``threads=1`` is the single model thread that runs each search whole. With more threads (dynamic
 batching, :mod:`engine.batching`) searches run side by side: their cheap stages on these threads,
 their heavy encodes on the batcher's thread, so a stage-1 search never waits behind a rerank's
-encode. With ``light_threads`` > 0 a job submitted with ``light=True`` (a stage-1-only search) runs
-on a lane of its own: it never waits for a search thread that a rerank holds. Both lanes share the
-admission queue. :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search
+encode. ``cpu_slots`` bounds how many of them run their cheap stages at once (more only share the
+cores and the interpreter lock); a search waiting for the batcher gives its slot up meanwhile
+(:func:`off_the_cpu`), so every admitted search's clips still meet in the batcher. With
+``light_threads`` > 0 a job submitted with ``light=True`` (a stage-1-only search) runs on a lane of
+its own and takes no slot: it never waits behind a rerank. Both lanes share the admission queue. :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search
 starts while it runs, as with the single thread).
 """
 
@@ -22,9 +24,10 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
-from core.config import SEARCH_THREADS_EXTRA, SEARCH_THREADS_PER_CORE
+from core.config import CPU_SLOTS_EXTRA, CPU_SLOTS_PER_CORE
 
 T = TypeVar("T")
 
@@ -86,11 +89,14 @@ class ModelWorker:
         *,
         threads: int = 1,
         light_threads: int = 0,
+        cpu_slots: int = 0,
         on_depth: Callable[[int], None] | None = None,
     ):
         self.capacity = int(queue_size) + 1
         self.threads = max(1, int(threads))
         self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="qaslr-model")
+        self.cpu_slots = max(0, int(cpu_slots))  # 0: every running search at once
+        self._slots = threading.Semaphore(self.cpu_slots) if self.cpu_slots else None
         self.light_threads = max(0, int(light_threads))
         self._light = (
             ThreadPoolExecutor(max_workers=self.light_threads, thread_name_prefix="qaslr-light")
@@ -132,9 +138,19 @@ class ModelWorker:
                     raise _Abandoned()
                 self._model.acquire_shared()
                 try:
-                    if abandoned.is_set():
-                        raise _Abandoned()
-                    return fn()
+                    slots = None if light else self._slots
+                    while slots is not None and not slots.acquire(timeout=0.05):
+                        if abandoned.is_set():
+                            raise _Abandoned()
+                    try:
+                        if abandoned.is_set():
+                            raise _Abandoned()
+                        _held.slots = slots
+                        return fn()
+                    finally:
+                        _held.slots = None
+                        if slots is not None:
+                            slots.release()
                 finally:
                     self._model.release_shared()
             finally:
@@ -176,14 +192,34 @@ class ModelWorker:
         self._side.shutdown(wait=False, cancel_futures=True)
 
 
-def auto_search_threads() -> int:
-    """Search threads when none are configured: the cores this process may use, plus one
-    (core.config SEARCH_THREADS_PER_CORE, SEARCH_THREADS_EXTRA)."""
+def auto_cpu_slots() -> int:
+    """Searches on the CPU at once when none are configured: the cores this process may use, plus
+    one (core.config CPU_SLOTS_PER_CORE, CPU_SLOTS_EXTRA)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return max(1, cores * SEARCH_THREADS_PER_CORE + SEARCH_THREADS_EXTRA)
+    return max(1, cores * CPU_SLOTS_PER_CORE + CPU_SLOTS_EXTRA)
+
+
+_held = threading.local()  # the CPU slot semaphore the calling search thread holds, if any
+
+
+@contextmanager
+def off_the_cpu():
+    """While a search thread waits for work done elsewhere (its clips in the batcher), its CPU slot
+    goes to another search; it takes one back before it goes on."""
+    slots = getattr(_held, "slots", None)
+    if slots is None:
+        yield
+        return
+    _held.slots = None
+    slots.release()
+    try:
+        yield
+    finally:
+        slots.acquire()
+        _held.slots = slots
 
 
 def _retrieve(future) -> None:

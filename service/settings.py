@@ -101,9 +101,13 @@ class Settings(BaseSettings):
     )
     search_threads: int = Field(
         _E.search_threads, ge=0, le=256,
-        description="with batching: threads running searches' cheap stages (0 = the cores + 1; more only "
-        "share the cores, and searches beyond them wait in the queue); stage-1-only searches have a lane of "
-        "their own",
+        description="with batching: threads running searches (0 = queue_size + 1: every admitted search starts; "
+        "stage-1-only searches have a lane of their own)",
+    )  # fmt: skip
+    cpu_slots: int = Field(
+        _E.cpu_slots, ge=0, le=256,
+        description="with batching: searches running their cheap stages at once (0 = the cores + 1; more only "
+        "share the cores; a search waiting for the batcher gives its slot up, and the wait is the answer's queue time)",
     )  # fmt: skip
     batch_max_wait_ms: float = Field(
         _E.batch_max_wait_ms, ge=0, le=1000,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from fastapi import Request
 
 from core.config import LIGHT_LANE_THREADS
-from engine.worker import ModelWorker, auto_search_threads
+from engine.worker import ModelWorker, auto_cpu_slots
 from service.errors import ApiError
 from service.metrics import Metrics
 from service.settings import Settings
@@ -34,11 +34,12 @@ class AppState:
     def __init__(self, settings: Settings, engine=None):
         self.settings = settings
         self.metrics = Metrics()
-        threads = (settings.search_threads or auto_search_threads()) if settings.batching else 1
+        threads = (settings.search_threads or settings.queue_size + 1) if settings.batching else 1
         self.worker = ModelWorker(
             settings.queue_size,
             threads=threads,
             light_threads=LIGHT_LANE_THREADS if settings.batching else 0,  # 0: the old single thread
+            cpu_slots=(settings.cpu_slots or auto_cpu_slots()) if settings.batching else 0,
             on_depth=self.metrics.queue_depth.set,
         )
         self._engine_arg = engine

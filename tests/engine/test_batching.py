@@ -176,7 +176,7 @@ def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive()
 
 
 def test_a_stage_one_search_has_a_lane_of_its_own_when_every_search_thread_is_held():
-    from engine.worker import WorkerTimeout, auto_search_threads
+    from engine.worker import WorkerTimeout
 
     worker = ModelWorker(8, threads=2, light_threads=1)
     release = threading.Event()
@@ -195,7 +195,37 @@ def test_a_stage_one_search_has_a_lane_of_its_own_when_every_search_thread_is_he
         asyncio.run(scenario())
     finally:
         worker.shutdown()
-    assert auto_search_threads() >= 2  # the cores + 1
+
+
+def test_cpu_slots_bound_the_searches_on_the_cpu_and_a_search_waiting_for_the_batcher_gives_its_up():
+    from engine.worker import WorkerTimeout, auto_cpu_slots, off_the_cpu
+
+    worker = ModelWorker(8, threads=4, cpu_slots=1)
+    batcher_done, busy = threading.Event(), threading.Event()
+
+    def waits_for_the_batcher():
+        with off_the_cpu():
+            batcher_done.wait(10)
+        return "heavy"
+
+    async def scenario():
+        heavy = asyncio.ensure_future(worker.run(waits_for_the_batcher, timeout=10))
+        await asyncio.sleep(0.05)
+        assert await worker.run(lambda: "cheap", timeout=2) == "cheap"  # the slot was given up
+        hog = asyncio.ensure_future(worker.run(lambda: busy.wait(10), timeout=10))
+        await asyncio.sleep(0.05)
+        with pytest.raises(WorkerTimeout):  # the one slot is held on the CPU
+            await worker.run(lambda: "waits", timeout=0.3)
+        busy.set()
+        await hog
+        batcher_done.set()
+        assert await heavy == "heavy"  # took a slot back before going on
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.shutdown()
+    assert auto_cpu_slots() >= 2  # the cores + 1
 
 
 def _ranking(outcome):
