@@ -48,7 +48,8 @@ CHECKPOINT_HEAD_DIR = "rerank_head"
 BATCH_NICE = 10
 # Searches whose cheap stages run at once (with batching) when none are configured: the cores plus one.
 # More at once only share the cores and the interpreter lock: on 2 cores the default cascade under 8
-# clients gave 10.7 req/s with every admitted search running and 16.2 with 3 (benchmarks/bench_load.py).
+# clients gave 10.7-11.4 req/s with every admitted search running and 12.7-13.7 with 3 slots (quiet
+# runs of benchmarks/bench_load.py; docs/results.md).
 # A search waiting for the batcher gives its slot up meanwhile, so the heavy tier still gathers every
 # admitted search's clips into shared backbone calls. Time spent waiting for a slot is the answer's `queue`.
 CPU_SLOTS_PER_CORE, CPU_SLOTS_EXTRA = 1, 1
