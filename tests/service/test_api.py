@@ -148,7 +148,9 @@ def test_stage2_score_equals_recomputation(
     index_dir = qaslr_index if kind == "qaslr" else oneshot_index
     settings = make_settings(index=index_dir, head=tiny_head if kind == "qaslr" else None)
     with live_server(create_app(settings)) as client:
-        body = client.post("/search", json={"query": QUERY, "top_k": 3, "frames": 8, "seed": 7}).json()
+        body = client.post(  # the heavy tier on the frame tier's top 3 (only on request by default)
+            "/search", json={"query": QUERY, "top_k": 3, "frames": 8, "seed": 7, "heavy_margin": 2}
+        ).json()
     assert body["embedder"] == kind
 
     backbone = load_backbone(tiny_checkpoint)
@@ -319,8 +321,8 @@ def test_api_keys(make_settings):
 
 
 def test_metrics_after_searches(server):
-    server.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2})
-    server.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2})  # warm: LRU hits
+    server.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2, "heavy": 2})
+    server.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2, "heavy": 2})  # warm: LRU hits
     server.post("/search", json={"query": QUERY, "mode": "indexed"})
     server.post("/search", json={"query": ""})
     text = server.get("/metrics").text

@@ -94,7 +94,7 @@ def test_redis_stopped_mid_run_still_answers(make_settings, own_redis, caplog):
 
     proc, port = own_redis
     settings = make_settings(redis_url=f"redis://127.0.0.1:{port}/0", redis_retry_s=0.2)
-    payload = {"query": QUERY, "top_k": 3, "shortlist": 3, "frames": 5}
+    payload = {"query": QUERY, "top_k": 3, "shortlist": 3, "heavy": 3, "frames": 5}
     with live_server(create_app(settings)) as http:
         first = http.post("/search", json=payload).json()
         assert first["cache"]["misses"] == 15 and first["cache"]["errors"] == 0
@@ -127,7 +127,7 @@ def test_unreachable_redis_at_startup(make_settings):
 
     settings = make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
     with live_server(create_app(settings)) as http:
-        r = http.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2, "frames": 4})
+        r = http.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 2, "heavy": 2, "frames": 4})
         assert r.status_code == 200 and r.json()["cache"]["decoded_frames"] == 8
         assert "qaslr_redis_errors_total 0.0" not in http.get("/metrics").text
 

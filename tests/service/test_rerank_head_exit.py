@@ -13,7 +13,8 @@ import torch
 
 from tests.service.conftest import live_server
 
-QUERY = {"query": "a red square", "mode": "rerank", "top_k": 3, "shortlist": 3, "frames": 16}
+# the streaming head on every candidate (the cascade asks the heavy tier only on request by default)
+QUERY = {"query": "a red square", "mode": "rerank", "top_k": 3, "shortlist": 3, "heavy": 3, "frames": 16}
 
 
 def _gate(directory, embed_dim: int, stop: bool):

@@ -146,7 +146,7 @@ def test_image_queries_are_checked(server):
 
 
 def test_results_carry_relevance_over_time(server):
-    rerank = server.post("/search", json={"query": QUERY, "top_k": 3}).json()["results"]
+    rerank = server.post("/search", json={"query": QUERY, "top_k": 3, "heavy": 3}).json()["results"]
     for r in rerank:
         timeline = r["timeline"]
         assert timeline["source"] == "streaming" and len(timeline["points"]) == r["clips_used"]
@@ -215,7 +215,7 @@ def test_the_stream_ends_with_an_error_line_when_stage2_fails(server):
 
     original, reranker.run = reranker.run, late
     try:
-        messages = _stream(server, {"query": QUERY, "top_k": 3})
+        messages = _stream(server, {"query": QUERY, "top_k": 3, "heavy": 3})
     finally:
         reranker.run = original
     # the frame tier's ranking arrives, then the heavy tier fails

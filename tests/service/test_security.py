@@ -168,7 +168,12 @@ def test_no_path_or_key_in_responses_or_logs(qaslr_index, tiny_checkpoint, tiny_
             ("GET", "/readyz", None, {}),
             ("POST", "/search", {"query": QUERY}, {}),  # 401
             ("POST", "/search", {"query": QUERY}, {"X-API-Key": key + "x"}),  # 401
-            ("POST", "/search", {"query": QUERY, "top_k": 8, "shortlist": 8}, auth),  # decode failure on vid2
+            (
+                "POST",
+                "/search",
+                {"query": QUERY, "top_k": 8, "shortlist": 8, "heavy": 8},
+                auth,
+            ),  # decode failure on vid2
             ("POST", "/search", {"query": QUERY, "filter": {"x": {"bad": 1}}}, auth),  # 422
             ("GET", "/videos/vid2", None, auth),
             ("GET", "/videos/../../etc", None, auth),
