@@ -13,8 +13,9 @@ encode. ``cpu_slots`` bounds how many of them run their cheap stages at once (mo
 cores and the interpreter lock); a search waiting for the batcher gives its slot up meanwhile
 (:func:`off_the_cpu`), so every admitted search's clips still meet in the batcher. With
 ``light_threads`` > 0 a job submitted with ``light=True`` (a stage-1-only search) runs on a lane of
-its own and takes no slot: it never waits behind a rerank. Both lanes share the admission queue. :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search
-starts while it runs, as with the single thread).
+its own and takes no slot: it never waits behind a rerank. Both lanes share the admission queue.
+:meth:`ModelWorker.call_soon` runs a function with the model to itself (no search starts while it
+runs, as with the single thread).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ sampled candidates' (the contrastive form of Eq. 11, with the head's score in pl
 ``step_weight`` > 0 the readouts after 25, 50 and 75 % of each candidate's frames are trained the
 same way (the step-wise term of Eq. 14; a partial readout may not have seen the evidence yet, as
 §A.8 says, so it is weighted low). With ``distill_weight`` > 0 those partial readouts are also drawn
-toward the final one (the final-embedding self-distillation of §A.8, Eq. 14's distillation term):
-the head's readout is a score, not an embedding, so what is distilled is the listwise distribution
-the final readouts give over a query's candidates, KL(softmax(y_T) || softmax(y_t)) with y_T held
-fixed (the teacher is the same head after every frame, as the paper's teacher is the final z_T).
+toward the final one (the self-distillation of Eq. 13, weighted by lambda_distill in Eq. 14, whose
+teacher is the detached final-step embedding of the same trajectory): the head's readout is a score,
+not an embedding, so what is distilled is the listwise distribution the final readouts give over a
+query's candidates, KL(softmax(sg(y_T)) || softmax(y_t)).
 
 Measured on a held-out render (another seed): pair accuracy (the right video above its partner;
 chance 0.5), Hit@1 over the whole split, and the Table 5 controls of §A.6 applied at inference:
@@ -303,7 +303,7 @@ def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, nega
                 partial = steps_out.gather(1, at[:, None]).squeeze(1).view(len(items), per)
                 if step_weight > 0:  # Eq. 14's step-wise contrastive term
                     loss = loss + step_weight / len(STEP_SHARES) * F.cross_entropy(partial, target)
-                if distill_weight > 0:  # self-distillation toward the final readout (§A.8)
+                if distill_weight > 0:  # self-distillation toward the final readout (Eq. 13)
                     kl = F.kl_div(F.log_softmax(partial, dim=1), teacher, reduction="batchmean")
                     loss = loss + distill_weight / len(STEP_SHARES) * kl
         opt.zero_grad()
