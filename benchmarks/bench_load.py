@@ -248,8 +248,6 @@ def run_server(name: str, model: Path, index: Path, env: dict, args, workload: s
     body = {"mode": "rerank", "top_k": 10, "shortlist": args.shortlist, "frames": args.frames}
     if workload == "every":
         body["heavy"] = args.shortlist
-    else:
-        queries = list(queries)
     print(f"\n[{name}] starting qaslr serve", flush=True)
     server = Server(model, index, env)
     with server as url:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -52,13 +51,13 @@ EXIT_RECIPES = ("+ both", "final readout only")
 
 
 def _splits(work: Path, model: Path):
+    """The renders of training/time_renders.py: training, held-out, and the gate's."""
     from training.time_head import load_split, merge
+    from training.time_renders import GATE_SEED, HELD_OUT_RENDER, HELD_OUT_SEED, TRAIN_RENDER, TRAIN_SEEDS
 
-    train = merge(
-        [load_split(work, 1, model, order_pairs=24, count_pairs=24, singles=12, min_s=40.0, max_s=150.0)]
-    )
-    shape = {"order_pairs": 12, "count_pairs": 12, "singles": 8, "min_s": 60.0, "max_s": 240.0}
-    return train, load_split(work, 2, model, **shape), load_split(work, 3, model, **shape)
+    train = merge([load_split(work, seed, model, **TRAIN_RENDER) for seed in TRAIN_SEEDS])
+    held_out = load_split(work, HELD_OUT_SEED, model, **HELD_OUT_RENDER)
+    return train, held_out, load_split(work, GATE_SEED, model, **HELD_OUT_RENDER)
 
 
 def _one(job):
@@ -105,20 +104,11 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
 
-    from benchmarks.provenance import environment
+    from benchmarks.provenance import environment, recorded_args, world_workdir_and_model
 
     t_start = time.perf_counter()
-    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-time-head")
-    work.mkdir(parents=True, exist_ok=True)
-    if args.model:
-        model = Path(args.model).resolve()
-    else:
-        from training.backbone import tiny_world_checkpoint
-
-        model = work / "tiny-world"
-        if not (model / "config.json").exists():
-            tiny_world_checkpoint(model)
-    train, val, gate_split = _splits(work, model)
+    model = world_workdir_and_model(args, "qaslr-time-head")  # the renders train-time-head caches too
+    train, val, gate_split = _splits(Path(args.workdir), model)
     print(
         f"data: {len(train.queries)} training, {len(val.queries)} held-out, {len(gate_split.queries)} gate queries"
     )
@@ -163,7 +153,7 @@ def main() -> int:
     print(f"\n{minutes:.1f} min; training {np.median([r['train_s'] for r in runs]):.0f} s per head (median)")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "args": {k: v for k, v in vars(args).items() if k not in ("workdir", "json", "model")},
+            "args": recorded_args(args),
             "minutes": minutes,
             "table6": table6,
             "exit": exits,

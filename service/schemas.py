@@ -200,14 +200,16 @@ class SearchRequest(BaseModel):
         description=f"rerank mode: how many of the frame tier's top candidates the heavy tier re-encodes "
         f"(0..shortlist; 0 = the frame tier alone; more than the shortlist re-encodes all of it, and the answer "
         f"says so; default {DEFAULT_HEAVY}, and then only when the frame tier's answer is close to call, see "
-        "`heavy_margin`; a request that gives `heavy` always gets it)",
+        "`heavy_margin`, which by default is never; a request that gives `heavy` always gets it)",
     )
     heavy_margin: float | None = Field(
         None,
         ge=0,
         le=2,
         description=f"rerank mode: run the heavy tier only when the frame tier's first two scores lie within "
-        f"this (default {DEFAULT_HEAVY_MARGIN} when `heavy` is not given, else 2: always)",
+        f"this (default {DEFAULT_HEAVY_MARGIN} when `heavy` is not given, else 2: always; 0 = never: the "
+        "frame tier's ranking stands, as measured best for single-event queries; order and count queries go "
+        "to the time head whatever this is)",
     )
     frames: Frames | None = Field(
         None,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 
+from training.time_renders import HELD_OUT_RENDER, HELD_OUT_SEED, TRAIN_RENDER, TRAIN_SEEDS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="output directory for the head")
@@ -39,19 +41,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=int, default=64,
                    help="videos of --index each of your queries is ranked against (its own, its partner, others)")  # fmt: skip
     p.add_argument("--head", default=None, help="the streaming head --index was built with, if any")
-    p.add_argument("--train-seeds", type=int, nargs="+", default=[1], help="renders to train on")
-    p.add_argument("--val-seed", type=int, default=2, help="the held-out render measured at the end")
-    p.add_argument("--order-pairs", type=int, default=24, help="mirror pairs per training render")
+    train, held = TRAIN_RENDER, HELD_OUT_RENDER  # training/time_renders.py
     p.add_argument(
-        "--count-pairs", type=int, default=24, help="once / twice pairs per training render (<= 32)"
+        "--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS), help="renders to train on"
     )
-    p.add_argument("--singles", type=int, default=12, help="single-event videos per render (negatives)")
-    p.add_argument("--min-s", type=float, default=40.0, help="shortest training video, seconds")
-    p.add_argument("--max-s", type=float, default=150.0, help="longest training video, seconds")
-    p.add_argument("--val-pairs", type=int, default=12, help="order and count pairs of the held-out render")
-    p.add_argument("--val-singles", type=int, default=8, help="single-event videos of the held-out render")
-    p.add_argument("--val-min-s", type=float, default=60.0, help="shortest held-out video, seconds")
-    p.add_argument("--val-max-s", type=float, default=240.0, help="longest held-out video, seconds")
+    p.add_argument(
+        "--val-seed", type=int, default=HELD_OUT_SEED, help="the held-out render measured at the end"
+    )
+    p.add_argument(
+        "--order-pairs", type=int, default=train["order_pairs"], help="mirror pairs per training render"
+    )
+    p.add_argument(
+        "--count-pairs",
+        type=int,
+        default=train["count_pairs"],
+        help="once / twice pairs per training render (<= 32)",
+    )
+    p.add_argument(
+        "--singles", type=int, default=train["singles"], help="single-event videos per render (negatives)"
+    )
+    p.add_argument("--min-s", type=float, default=train["min_s"], help="shortest training video, seconds")
+    p.add_argument("--max-s", type=float, default=train["max_s"], help="longest training video, seconds")
+    p.add_argument("--val-pairs", type=int, default=held["order_pairs"],
+                   help="order and count pairs of the held-out render")  # fmt: skip
+    p.add_argument(
+        "--val-singles", type=int, default=held["singles"], help="single-event videos of the held-out render"
+    )
+    p.add_argument("--val-min-s", type=float, default=held["min_s"], help="shortest held-out video, seconds")
+    p.add_argument("--val-max-s", type=float, default=held["max_s"], help="longest held-out video, seconds")
     p.add_argument("--steps", type=int, default=1500, help="optimizer steps")
     p.add_argument("--step-weight", type=float, default=0.0,
                    help="weight of the readouts after 25/50/75 %% of the frames (Eq. 14's step term)")  # fmt: skip
