@@ -13,15 +13,20 @@ pair accuracy of the readout after 25, 50, 75 % and all of each candidate's fram
 their mean over the checkpoints, as the paper's "Mean H@1". A single-event row is not made: the
 time head answers order and count only.
 
-**Early exit** (§A.10, Eq. 19, Prop. 3): each query's candidates (every video of its render) are read
-in 8 lockstep steps; a logistic gate over the step's share, the lead of the first readout over the
-second, whether the top-1 just changed and the condition, fitted on seed 3's render, stops at the
-first step with p_t >= eta. Per eta: the share of steps saved, top-1 agreement with the full stream,
-Hit@1 at the exit beside the full stream's, and the gate's calibration error (eps_g's stand-in in
-the bound 1 - eta + eps_g); beside them what an oracle saves at full agreement (each query stopped at
-the first step after which its top-1 never changes), the most any gate over these steps can save. The head is the step + distillation one (its partial readouts are trained)
-and, for comparison, the final-only one. What a step saves: the time head reads stored frame
-embeddings, so an exit saves memory updates (GRU steps, milliseconds), not backbone calls.
+**Early exit** (§A.10, Eq. 19, Prop. 3; training/time_exit.py): each query's candidates (every video
+of its render) are read in 8 lockstep steps, and two gates are fitted on seed 3's render:
+- per query: a logistic gate over the step's share, the lead of the first readout over the second,
+  whether the top-1 just changed and the condition stops every candidate at the first step with
+  p_t >= eta; beside it what an oracle saves at full agreement (each query stopped at the first step
+  after which its top-1 never changes), the most any per-query gate over these steps can save;
+- per candidate: a listwise gate estimates each candidate's chance q_t^j of being the full stream's
+  top-1, and a candidate stops at the first step with 1 - q_t^j >= eta unless it is among the two
+  best readouts then; a stopped candidate ranks below every candidate read to the end.
+Per eta: the share of steps saved (candidate steps, per candidate), top-1 agreement with the full
+stream, Hit@1 at the exit beside the full stream's, and the gate's calibration error. The heads are
+the step + distillation one (its partial readouts are trained) and the final-only one. What a step
+saves: the time head reads stored frame embeddings, so an exit saves memory updates (GRU steps,
+milliseconds), not backbone calls.
 
 3 weight seeds, mean ± std. Nothing is asserted.
 """
@@ -48,6 +53,7 @@ RECIPES = {  # name -> (step_weight, distill_weight)
 }
 CHECKS = ("after 25 %", "after 50 %", "after 75 %", "full")
 EXIT_RECIPES = ("+ both", "final readout only")
+CHOSEN_AT = 0.98  # per-candidate exit: eta is chosen on the gate's render for this top-1 agreement
 
 
 def _splits(work: Path, model: Path):
@@ -64,14 +70,15 @@ def _one(job):
     """Train one head and measure it (a worker process: one torch thread)."""
     import torch
 
-    from training.time_head import (
-        CHECKPOINTS,
-        evaluate,
+    from training.time_exit import (
+        choose_eta,
         exit_trajectories,
+        fit_candidate_gate,
         fit_exit_gate,
+        measure_candidate_exit,
         measure_exit,
-        train_time_head,
     )
+    from training.time_head import CHECKPOINTS, evaluate, train_time_head
 
     torch.set_num_threads(1)
     recipe, seed, steps, train, val, gate_split = job
@@ -84,9 +91,28 @@ def _one(job):
     out = {"recipe": recipe, "seed": seed, "train_s": train_s, "checks": measured}
     if recipe in EXIT_RECIPES:
         conditions = head.config.conditions
-        gate = fit_exit_gate(exit_trajectories(head, gate_split), conditions)
-        out["exit"] = measure_exit(gate, exit_trajectories(head, val), conditions)
+        fit_on, measured_on = exit_trajectories(head, gate_split), exit_trajectories(head, val)
+        out["exit"] = measure_exit(fit_exit_gate(fit_on, conditions), measured_on, conditions)
+        gate = fit_candidate_gate(fit_on, conditions)
+        out["candidate_exit"] = measure_candidate_exit(gate, measured_on)
+        eta = choose_eta(measure_candidate_exit(gate, fit_on), CHOSEN_AT)  # on the gate's own render
+        out["chosen"] = next(({"eta": r["eta"], "saved": r["saved"], "agreement": r["agreement"]}
+                              for r in out["candidate_exit"] if r["eta"] == eta), None)  # fmt: skip
     return out
+
+
+def _per_eta(runs: list[dict], key: str) -> list[dict]:
+    """Each eta's row with every field a list over the weight seeds."""
+    return [{k: [r[key][i][k] for r in runs] for k in runs[0][key][i]} for i in range(len(runs[0][key]))]
+
+
+def _print_exit(rows: list[dict]) -> None:
+    print(
+        f"{'eta':>7} {'steps saved':>16} {'top-1 agreement':>16} {'Hit@1 at exit':>16} {'Hit@1 full':>16} {'ECE':>8}"
+    )
+    for row in rows:
+        print(f"{row['eta'][0]:>7} {_ms(row['saved']):>16} {_ms(row['agreement']):>16} "
+              f"{_ms(row['hit@1']):>16} {_ms(row['full_hit@1']):>16} {np.mean(row['ece']):8.3f}")  # fmt: skip
 
 
 def _ms(values) -> str:
@@ -105,6 +131,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from benchmarks.provenance import environment, recorded_args, world_workdir_and_model
+    from training.time_exit import EXIT_READ_ON
 
     t_start = time.perf_counter()
     model = world_workdir_and_model(args, "qaslr-time-head")  # the renders train-time-head caches too
@@ -130,24 +157,26 @@ def main() -> int:
         cells = [f"{_ms(row['order'][c])} / {np.mean(row['count'][c]):.2f}" for c in (*CHECKS, "mean")]
         print(f"{recipe:<22}" + "".join(f"{c:>26}" for c in cells))
 
-    exits = {}
+    exits, candidate_exits, chosen_exits = {}, {}, {}
     for recipe in EXIT_RECIPES:
         mine = [r for r in runs if r["recipe"] == recipe]
-        exits[recipe] = [
-            {k: [r["exit"][i][k] for r in mine] for k in mine[0]["exit"][i]}
-            for i in range(len(mine[0]["exit"]))
-        ]
-        print(f"\nEarly exit, head '{recipe}' (gate fitted on seed 3's render, measured on seed 2's)")
+        exits[recipe], candidate_exits[recipe] = _per_eta(mine, "exit"), _per_eta(mine, "candidate_exit")
         print(
-            f"{'eta':>5} {'steps saved':>16} {'top-1 agreement':>16} {'Hit@1 at exit':>16} {'Hit@1 full':>16} {'ECE':>8}"
+            f"\nEarly exit per query, head '{recipe}' (gate fitted on seed 3's render, measured on seed 2's)"
         )
         oracle = exits[recipe][0]["oracle_saved"]
         print("an oracle (each query stopped once its top-1 never changes) saves " + ", ".join(
             f"{k} {_ms([o[k] for o in oracle])}" for k in oracle[0]
         ))  # fmt: skip
-        for row in exits[recipe]:
-            print(f"{row['eta'][0]:>5} {_ms(row['saved']):>16} {_ms(row['agreement']):>16} "
-                  f"{_ms(row['hit@1']):>16} {_ms(row['full_hit@1']):>16} {np.mean(row['ece']):8.3f}")  # fmt: skip
+        _print_exit(exits[recipe])
+        print(f"\nEarly exit per candidate, head '{recipe}' (the best {EXIT_READ_ON} readouts read on)")
+        _print_exit(candidate_exits[recipe])
+        chosen = [r["chosen"] for r in mine]
+        chosen_exits[recipe] = chosen
+        if all(chosen):
+            print(f"eta chosen on the gate's render for >= {CHOSEN_AT:.0%} agreement there: "
+                  f"{[c['eta'] for c in chosen]}; on the held-out render it saves "
+                  f"{_ms([c['saved'] for c in chosen])} at {_ms([c['agreement'] for c in chosen])} agreement")  # fmt: skip
 
     minutes = (time.perf_counter() - t_start) / 60
     print(f"\n{minutes:.1f} min; training {np.median([r['train_s'] for r in runs]):.0f} s per head (median)")
@@ -157,6 +186,8 @@ def main() -> int:
             "minutes": minutes,
             "table6": table6,
             "exit": exits,
+            "candidate_exit": candidate_exits,
+            "candidate_exit_chosen": {"at_agreement": CHOSEN_AT, "per_seed": chosen_exits},
             "train_s": [r["train_s"] for r in runs],
             "queries": {"train": len(train.queries), "held_out": len(val.queries), "gate": len(gate_split.queries)},
             "environment": environment(),

@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from models.time_head import TimeHead, TimeHeadConfig, event_relevance, pad, save_time_head
 from models.time_query import parse_time_query
@@ -49,12 +48,9 @@ __all__ = [
     "TimeQueryItem",
     "TimeSplit",
     "evaluate",
-    "exit_trajectories",
-    "fit_exit_gate",
     "hold_out",
     "load_pairs",
     "load_split",
-    "measure_exit",
     "merge",
     "rule_score",
     "save",
@@ -405,108 +401,3 @@ def save(head: TimeHead, out: Path, *, backbone: str, trained: dict) -> Path:
     head.config.backbone = backbone
     head.config.trained = json.loads(json.dumps(trained))  # only what a JSON file can record
     return save_time_head(head, out)
-
-
-# -- early exit (§A.10, Eq. 19, Prop. 3) ----------------------------------------------------------
-#
-# The time head reads every candidate's bank in T_EXIT lockstep steps (step t: the first t / T_EXIT
-# of each candidate's frames). A gate p_t estimates A_t, "the top-1 after step t is the full
-# stream's top-1" (Assumption 2, Eq. 24), from what step t shows: its share t / T, the lead of the
-# first readout over the second, whether the top-1 changed since step t - 1, and the query's
-# condition. Exiting at the first t with p_t >= eta bounds the disagreement by 1 - eta + eps_g
-# (Prop. 3); the saved share of steps is 1 - E[T^] / T (Eq. 19). The gate is fitted on a render that
-# neither trained the head nor is measured.
-
-T_EXIT = 8
-
-
-@torch.no_grad()
-def exit_trajectories(head: TimeHead, split: TimeSplit) -> list[dict]:
-    """Per query: its condition, and at each lockstep t = 1..T_EXIT the top-1 candidate and the lead
-    of the first readout over the second."""
-    out = []
-    for item in split.queries:
-        keys = list(item.relevance)
-        scored = head.score([item.relevance[k] for k in keys], item.condition)
-        readouts = np.full((T_EXIT, len(keys)), -np.inf, dtype=np.float64)
-        for c, (_, y) in enumerate(scored):
-            for t in range(1, T_EXIT + 1):
-                if len(y):
-                    readouts[t - 1, c] = y[max(1, math.ceil(t / T_EXIT * len(y))) - 1]
-        top = readouts.argmax(axis=1)
-        ordered = np.sort(readouts, axis=1)
-        lead = ordered[:, -1] - ordered[:, -2] if len(keys) > 1 else np.full(T_EXIT, np.inf)
-        out.append({"condition": item.condition, "top": top, "lead": np.nan_to_num(lead, posinf=1e3),
-                    "right": keys.index(item.right)})  # fmt: skip
-    return out
-
-
-def _gate_features(trajectory: dict, conditions: tuple[str, ...]) -> np.ndarray:
-    """[T_EXIT, F] features of each step (see the comment above T_EXIT)."""
-    t = np.arange(1, T_EXIT + 1, dtype=np.float32) / T_EXIT
-    changed = np.concatenate([[1.0], (trajectory["top"][1:] != trajectory["top"][:-1]).astype(np.float32)])
-    cond = np.zeros((T_EXIT, len(conditions)), np.float32)
-    if trajectory["condition"] in conditions:
-        cond[:, conditions.index(trajectory["condition"])] = 1.0
-    lead = np.clip(trajectory["lead"], 0.0, 20.0).astype(np.float32)
-    return np.column_stack([t, lead, np.minimum(lead, 2.0), changed, cond, cond * t[:, None]]).astype(
-        np.float32
-    )
-
-
-def fit_exit_gate(trajectories: list[dict], conditions: tuple[str, ...], *, steps: int = 300) -> nn.Module:
-    """A logistic gate p_t = sigmoid(w · features_t + b), fitted by binary cross-entropy on A_t."""
-    x = torch.from_numpy(np.concatenate([_gate_features(tr, conditions) for tr in trajectories]))
-    y = torch.from_numpy(
-        np.concatenate([(tr["top"] == tr["top"][-1]).astype(np.float32) for tr in trajectories])
-    )
-    gate = nn.Linear(x.shape[1], 1)
-    opt = torch.optim.LBFGS(gate.parameters(), max_iter=steps, line_search_fn="strong_wolfe")
-
-    def closure():
-        opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(gate(x).squeeze(1), y) + 1e-4 * gate.weight.square().sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return gate.eval()
-
-
-@torch.no_grad()
-def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[str, ...],
-                 etas=(0.5, 0.8, 0.9, 0.95, 0.98, 0.99), t_min: int = 1) -> list[dict]:  # fmt: skip
-    """Per eta: the share of steps saved (1 - E[T^] / T, Eq. 19), the top-1 agreement with the full
-    stream, Hit@1 at the exit against the full stream's, and the gate's calibration error (ECE over
-    ten bins of p_t, all steps): eps_g's empirical stand-in in Prop. 3's bound 1 - eta + eps_g. And
-    the share an oracle saves at 100 % agreement (each query stopped once its top-1 never changes
-    again), overall and per condition: no gate over these steps can save more."""
-    probs = [torch.sigmoid(gate(torch.from_numpy(_gate_features(tr, conditions)))).squeeze(1).numpy()
-             for tr in trajectories]  # fmt: skip
-    agree = [(tr["top"] == tr["top"][-1]) for tr in trajectories]
-    p_all, a_all = np.concatenate(probs), np.concatenate(agree).astype(np.float64)
-    bins = np.minimum((p_all * 10).astype(int), 9)
-    ece = float(sum(abs(p_all[bins == b].mean() - a_all[bins == b].mean()) * (bins == b).mean()
-                    for b in range(10) if (bins == b).any()))  # fmt: skip
-    full_hit = float(np.mean([tr["top"][-1] == tr["right"] for tr in trajectories]))
-    # what no gate can beat: each query stopped at the first step after which its top-1 never changes
-    settled = [
-        T_EXIT - int(np.flatnonzero(tr["top"] != tr["top"][-1]).max(initial=-1)) - 1 for tr in trajectories
-    ]
-    oracle = {"all": float(np.mean([s / T_EXIT for s in settled]))}
-    for cond in sorted({tr["condition"] for tr in trajectories}):
-        oracle[cond] = float(np.mean([s / T_EXIT for s, tr in zip(settled, trajectories, strict=True)
-                                      if tr["condition"] == cond]))  # fmt: skip
-    out = []
-    for eta in etas:
-        saved, agreed, hit = [], [], []
-        for tr, p in zip(trajectories, probs, strict=True):
-            ok = np.flatnonzero((p >= eta) & (np.arange(1, T_EXIT + 1) >= t_min))
-            t = int(ok[0]) + 1 if len(ok) else T_EXIT
-            saved.append(1 - t / T_EXIT)
-            agreed.append(float(tr["top"][t - 1] == tr["top"][-1]))
-            hit.append(float(tr["top"][t - 1] == tr["right"]))
-        out.append({"eta": eta, "saved": float(np.mean(saved)), "agreement": float(np.mean(agreed)),
-                    "hit@1": float(np.mean(hit)), "full_hit@1": full_hit, "ece": ece,
-                    "oracle_saved": oracle, "queries": len(trajectories)})  # fmt: skip
-    return out

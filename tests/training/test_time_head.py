@@ -11,12 +11,9 @@ import torch
 from models.time_head import TimeHead, TimeHeadConfig, load_time_head, save_time_head, time_head_fingerprint
 from training.time_head import (
     CONTROLS,
-    T_EXIT,
     TimeQueryItem,
     TimeSplit,
     evaluate,
-    fit_exit_gate,
-    measure_exit,
     train_time_head,
 )
 
@@ -144,22 +141,3 @@ def test_self_distillation_draws_the_partial_readouts_toward_the_final_one():
         train, steps=300, negatives=2, batch=16, seed=0, log_every=0, distill_weight=1.0
     )
     assert _partial_kl(distilled, held) < _partial_kl(plain, held)
-
-
-def _trajectory(settle: int, condition: str = "order") -> dict:
-    """A query's lockstep readouts: the top-1 wanders until step ``settle``, then holds with a
-    growing lead (what a found event gives)."""
-    top = np.array([(t % 3) + 1 if t < settle - 1 else 0 for t in range(T_EXIT)])
-    lead = np.array([0.05 if t < settle - 1 else 1.0 + t for t in range(T_EXIT)], dtype=np.float64)
-    return {"condition": condition, "top": top, "lead": lead, "right": 0}
-
-
-def test_the_exit_gate_stops_once_the_top_one_has_settled_and_keeps_the_full_answer():
-    rng = np.random.default_rng(0)
-    fit = [_trajectory(int(rng.integers(1, T_EXIT + 1))) for _ in range(200)]
-    held = [_trajectory(int(rng.integers(1, T_EXIT + 1))) for _ in range(100)]
-    gate = fit_exit_gate(fit, ("order",))
-    rows = {r["eta"]: r for r in measure_exit(gate, held, ("order",), etas=(0.9, 1.01))}
-    assert rows[0.9]["saved"] > 0.25 and rows[0.9]["agreement"] == 1.0
-    assert rows[0.9]["hit@1"] == rows[0.9]["full_hit@1"] == 1.0
-    assert rows[1.01]["saved"] == 0.0  # a threshold no p_t reaches: the full stream, Prop. 3's T^ = T
