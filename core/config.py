@@ -46,6 +46,9 @@ CHECKPOINT_HEAD_DIR = "rerank_head"
 # Added to the stage-2 batcher threads' nice value on Linux (engine.batching), so that the cheap stages of
 # other searches go first on a busy CPU (benchmarks/bench_load.py: stage-1 p95 under rerank load)
 BATCH_NICE = 10
+# Added to the search threads' nice value on Linux (engine.worker): a rerank search's own stages yield a
+# busy core to the light lane's stage-1 searches, and take one from the batched encodes (BATCH_NICE is more).
+SEARCH_NICE = 5
 # Searches whose cheap stages run at once (with batching) when none are configured: the cores plus one.
 # More at once only share the cores and the interpreter lock: on 2 cores the default cascade under 8
 # clients gave 10.7-11.4 req/s with every admitted search running and 12.7-13.7 with 3 slots (quiet

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.config import BATCH_NICE
-from engine.worker import QueueFull, off_the_cpu
+from engine.worker import QueueFull, lower_thread_priority, off_the_cpu
 
 __all__ = [
     "BatchStats",
@@ -56,22 +55,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_NICE = BATCH_NICE  # added to the batcher threads' nice value (Linux; 0: none)
-
-
-def lower_thread_priority(nice: int) -> bool:
-    """Add ``nice`` to the calling thread's nice value (at most 19). On Linux nice values are per
-    thread (``setpriority(PRIO_PROCESS, tid)``), and threads it starts later inherit it. Elsewhere,
-    or when refused, nothing changes; returns whether it changed."""
-    if nice <= 0 or not sys.platform.startswith("linux"):
-        return False
-    tid = threading.get_native_id()
-    try:
-        now = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + int(nice)))
-    except OSError as exc:
-        logger.debug("could not lower the priority of thread %d: %s", tid, exc)
-        return False
-    return True
 
 
 class EncodeCancelled(RuntimeError):

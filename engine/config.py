@@ -24,6 +24,7 @@ from core.config import (
     FRAME_AGGREGATE,
     MAX_FRAMES,
     QFRAME_TEMPERATURE,
+    SEARCH_NICE,
     TextConditioning,
 )
 
@@ -69,6 +70,7 @@ class EngineConfig:
     batch_nice: int = (
         BATCH_NICE  # Linux: added to the batcher threads' nice value, so searches' cheap stages go first
     )
+    search_nice: int = SEARCH_NICE  # Linux: added to the search threads' (not the light lane's) nice value
 
     # -- search defaults and bounds ---------------------------------------------------------------
     default_shortlist: int = DEFAULT_SHORTLIST  # R (paper Table 4)

@@ -13,7 +13,10 @@ encode. ``cpu_slots`` bounds how many of them run their cheap stages at once (mo
 cores and the interpreter lock); a search waiting for the batcher gives its slot up meanwhile
 (:func:`off_the_cpu`), so every admitted search's clips still meet in the batcher. With
 ``light_threads`` > 0 a job submitted with ``light=True`` (a stage-1-only search) runs on a lane of
-its own and takes no slot: it never waits behind a rerank. Both lanes share the admission queue.
+its own and takes no slot: it never waits behind a rerank. With ``search_nice`` (Linux) the search
+threads run at a lower CPU priority than the light lane (and, by default, a higher one than the
+batcher's encodes: core.config SEARCH_NICE < BATCH_NICE), so on busy cores a stage-1 search goes first.
+Both lanes share the admission queue.
 :meth:`ModelWorker.call_soon` runs a function with the model to itself (no search starts while it
 runs, as with the single thread).
 """
@@ -21,7 +24,9 @@ runs, as with the single thread).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +36,23 @@ from typing import TypeVar
 from core.config import CPU_SLOTS_EXTRA, CPU_SLOTS_PER_CORE
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+def lower_thread_priority(nice: int) -> bool:
+    """Add ``nice`` to the calling thread's nice value (at most 19). On Linux nice values are per
+    thread (``setpriority(PRIO_PROCESS, tid)``), and threads it starts later inherit it. Elsewhere,
+    or when refused, nothing changes; returns whether it changed."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + int(nice)))
+    except OSError as exc:
+        logger.debug("could not lower the priority of thread %d: %s", tid, exc)
+        return False
+    return True
 
 
 class QueueFull(RuntimeError):
@@ -91,11 +113,18 @@ class ModelWorker:
         threads: int = 1,
         light_threads: int = 0,
         cpu_slots: int = 0,
+        search_nice: int = 0,
         on_depth: Callable[[int], None] | None = None,
     ):
         self.capacity = int(queue_size) + 1
         self.threads = max(1, int(threads))
-        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="qaslr-model")
+        self.search_nice = min(19, max(0, int(search_nice)))
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.threads,
+            thread_name_prefix="qaslr-model",
+            initializer=lower_thread_priority,  # before the thread's first torch op (engine.batching)
+            initargs=(self.search_nice,),
+        )
         self.cpu_slots = max(0, int(cpu_slots))  # 0: every running search at once
         self._slots = threading.Semaphore(self.cpu_slots) if self.cpu_slots else None
         self.light_threads = max(0, int(light_threads))

@@ -410,14 +410,13 @@ def time_recipe_section(data: dict) -> list[str]:
     if exits:
         out += [
             "",
-            f"Early exit: every candidate read in 8 lockstep steps; a logistic gate fitted on a third render "
-            f"({q.get('gate')} queries) stops at the first step with p_t >= eta. *Saved* is 1 - E[T^] / T (Eq. 19); "
-            "*agreement* is the top-1 at the exit against the full stream's; *ECE* is the gate's calibration error "
-            "(eps_g of Prop. 3's bound 1 - eta + eps_g). A step here is a memory update over stored frame embeddings: "
-            "an exit saves milliseconds, not backbone calls.",
+            f"Early exit per query: every candidate read in 8 lockstep steps; a logistic gate fitted on a third "
+            f"render ({q.get('gate')} queries) stops them all at the first step with p_t >= eta. *Saved* is "
+            "1 - E[T^] / T (Eq. 19); *agreement* is the top-1 at the exit against the full stream's; *ECE* is the "
+            "gate's calibration error (eps_g of Prop. 3's bound 1 - eta + eps_g). A step here is a memory update "
+            "over stored frame embeddings: an exit saves milliseconds, not backbone calls.",
             "",
-            "| head | eta | steps saved % | top-1 agreement % | Hit@1 at exit % | Hit@1 full % | ECE |",
-            "|---|---|---|---|---|---|---|",
+            *_exit_table(exits),
         ]
         for recipe, rows in exits.items():
             oracle = rows[0].get("oracle_saved")
@@ -425,17 +424,47 @@ def time_recipe_section(data: dict) -> list[str]:
                 notes.append(
                     f"Head *{recipe}*: an oracle that stops each query once its top-1 never changes again saves "
                     + ", ".join(f"{k} {_mean_std([o[k] for o in oracle], True)} %" for k in oracle[0])
-                    + " of the steps: no gate over these steps can save more."
+                    + " of the steps: no per-query gate over these steps can save more."
                 )
-            for row in rows:
-                out.append(
-                    f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
-                    f"{_mean_std(row['agreement'], True)} | {_mean_std(row['hit@1'], True)} | "
-                    f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
+    candidate = data.get("candidate_exit", {})
+    if candidate:
+        out += [
+            "",
+            "Early exit per candidate (training/time_exit.py): each candidate's stream stops on its own. A listwise "
+            "gate fitted on the same third render estimates each candidate's chance q of being the full stream's "
+            "top-1; a candidate stops at the first step with 1 - q >= eta unless its readout is among the two best "
+            "then, and a stopped candidate ranks below every one read to the end. *Saved* is the share of "
+            "candidate steps not read; *ECE* is q's calibration error.",
+            "",
+            *_exit_table(candidate),
+        ]
+        chosen = data.get("candidate_exit_chosen", {})
+        for recipe, per_seed in chosen.get("per_seed", {}).items():
+            if per_seed and all(per_seed):
+                notes.append(
+                    f"Head *{recipe}*, per candidate, eta chosen on the gate's render for >= "
+                    f"{100 * chosen['at_agreement']:.0f} % agreement there ({', '.join(str(c['eta']) for c in per_seed)}): "
+                    f"on the held-out render it saves {_mean_std([c['saved'] for c in per_seed], True)} % of the "
+                    f"steps at {_mean_std([c['agreement'] for c in per_seed], True)} % agreement."
                 )
     env = _environment(data)
     notes = [line for note in notes for line in ("", note)]
     return [*out, *notes, "", *([f"Environment: {env}.", ""] if env else [])]
+
+
+def _exit_table(exits: dict) -> list[str]:
+    out = [
+        "| head | eta | steps saved % | top-1 agreement % | Hit@1 at exit % | Hit@1 full % | ECE |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for recipe, rows in exits.items():
+        for row in rows:
+            out.append(
+                f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
+                f"{_mean_std(row['agreement'], True)} | {_mean_std(row['hit@1'], True)} | "
+                f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
+            )
+    return out
 
 
 def _cell(value) -> str:

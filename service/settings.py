@@ -127,6 +127,11 @@ class Settings(BaseSettings):
         description="with batching, on Linux: added to the batcher threads' nice value, so the cheap stages of "
         "other searches (query embedding, stage 1, the frame tier) take a core from the encodes first; 0 = off",
     )  # fmt: skip
+    search_nice: int = Field(
+        _E.search_nice, ge=0, le=19,
+        description="with batching, on Linux: added to the search threads' nice value (not the light lane's), so "
+        "a stage-1-only search takes a busy core from other searches' stages first; 0 = off",
+    )  # fmt: skip
     fusion: Fusion = Field(
         _E.fusion,
         description="how sources=both fuses what is seen with what is said: relevance (the better of the two "

@@ -40,6 +40,7 @@ class AppState:
             threads=threads,
             light_threads=LIGHT_LANE_THREADS if settings.batching else 0,  # 0: the old single thread
             cpu_slots=(settings.cpu_slots or auto_cpu_slots()) if settings.batching else 0,
+            search_nice=settings.search_nice if settings.batching else 0,
             on_depth=self.metrics.queue_depth.set,
         )
         self._engine_arg = engine

@@ -128,6 +128,25 @@ def test_batcher_threads_run_at_a_lower_priority_and_leave_the_caller_alone():
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_search_threads_yield_to_the_light_lane():
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = nice()
+    worker = ModelWorker(4, threads=2, light_threads=1, search_nice=4)
+
+    async def scenario():
+        return await worker.run(nice, timeout=5), await worker.run(nice, timeout=5, light=True)
+
+    try:
+        search, light = asyncio.run(scenario())
+    finally:
+        worker.shutdown()
+    assert (search, light) == (min(19, mine + 4), mine)
+    assert nice() == mine
+
+
 def test_the_batcher_priority_setting():
     from engine import EngineConfig
     from engine.batching import DEFAULT_NICE
