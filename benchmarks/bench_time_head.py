@@ -5,7 +5,7 @@
 
 Data: the renders of ``qaslr train-time-head`` with its defaults (training/time_head.py; cached under
 --workdir): the training render (seed 1), the held-out render everything is measured on (seed 2),
-and a third render (seed 3, the held-out render's shape) that only fits the early-exit gate.
+and two more renders (seeds 3 and 4, the held-out render's shape) that only fit the early-exit gates.
 
 **Table 6** (§A.8): four heads per weight seed, final readout only, + the step-wise term, + the
 self-distillation term, + both (weight 0.5 each), the same data and steps. For each, order and count
@@ -14,7 +14,7 @@ their mean over the checkpoints, as the paper's "Mean H@1". A single-event row i
 time head answers order and count only.
 
 **Early exit** (§A.10, Eq. 19, Prop. 3; training/time_exit.py): each query's candidates (every video
-of its render) are read in 8 lockstep steps, and two gates are fitted on seed 3's render:
+of its render) are read in 8 lockstep steps, and two gates are fitted on seeds 3 and 4's renders:
 - per query: a logistic gate over the step's share, the lead of the first readout over the second,
   whether the top-1 just changed and the condition stops every candidate at the first step with
   p_t >= eta; beside it what an oracle saves at full agreement (each query stopped at the first step
@@ -59,11 +59,13 @@ CHOSEN_AT = 0.98  # per-candidate exit: eta is chosen on the gate's render for t
 def _splits(work: Path, model: Path):
     """The renders of training/time_renders.py: training, held-out, and the gate's."""
     from training.time_head import load_split, merge
-    from training.time_renders import GATE_SEED, HELD_OUT_RENDER, HELD_OUT_SEED, TRAIN_RENDER, TRAIN_SEEDS
+    from training.time_renders import GATE_SEEDS, HELD_OUT_RENDER, HELD_OUT_SEED, TRAIN_RENDER, TRAIN_SEEDS
 
     train = merge([load_split(work, seed, model, **TRAIN_RENDER) for seed in TRAIN_SEEDS])
     held_out = load_split(work, HELD_OUT_SEED, model, **HELD_OUT_RENDER)
-    return train, held_out, load_split(work, GATE_SEED, model, **HELD_OUT_RENDER)
+    # the gate's renders are kept apart (not merged): each query's candidates are its own render's, as
+    # on the held-out render
+    return train, held_out, [load_split(work, seed, model, **HELD_OUT_RENDER) for seed in GATE_SEEDS]
 
 
 def _one(job):
@@ -81,7 +83,7 @@ def _one(job):
     from training.time_head import CHECKPOINTS, evaluate, train_time_head
 
     torch.set_num_threads(1)
-    recipe, seed, steps, train, val, gate_split = job
+    recipe, seed, steps, train, val, gate_splits = job
     step_w, distill_w = RECIPES[recipe]
     t0 = time.perf_counter()
     head = train_time_head(train, steps=steps, step_weight=step_w, distill_weight=distill_w, seed=seed,
@@ -91,7 +93,8 @@ def _one(job):
     out = {"recipe": recipe, "seed": seed, "train_s": train_s, "checks": measured}
     if recipe in EXIT_RECIPES:
         conditions = head.config.conditions
-        fit_on, measured_on = exit_trajectories(head, gate_split), exit_trajectories(head, val)
+        fit_on = [tr for split in gate_splits for tr in exit_trajectories(head, split)]
+        measured_on = exit_trajectories(head, val)
         out["exit"] = measure_exit(fit_exit_gate(fit_on, conditions), measured_on, conditions)
         gate = fit_candidate_gate(fit_on, conditions)
         out["candidate_exit"] = measure_candidate_exit(gate, measured_on)
@@ -135,11 +138,10 @@ def main() -> int:
 
     t_start = time.perf_counter()
     model = world_workdir_and_model(args, "qaslr-time-head")  # the renders train-time-head caches too
-    train, val, gate_split = _splits(Path(args.workdir), model)
-    print(
-        f"data: {len(train.queries)} training, {len(val.queries)} held-out, {len(gate_split.queries)} gate queries"
-    )
-    jobs = [(r, s, args.steps, train, val, gate_split) for r in RECIPES for s in args.seeds]
+    train, val, gate_splits = _splits(Path(args.workdir), model)
+    gate_queries = sum(len(split.queries) for split in gate_splits)
+    print(f"data: {len(train.queries)} training, {len(val.queries)} held-out, {gate_queries} gate queries")
+    jobs = [(r, s, args.steps, train, val, gate_splits) for r in RECIPES for s in args.seeds]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         runs = list(pool.map(_one, jobs))
 
@@ -162,7 +164,7 @@ def main() -> int:
         mine = [r for r in runs if r["recipe"] == recipe]
         exits[recipe], candidate_exits[recipe] = _per_eta(mine, "exit"), _per_eta(mine, "candidate_exit")
         print(
-            f"\nEarly exit per query, head '{recipe}' (gate fitted on seed 3's render, measured on seed 2's)"
+            f"\nEarly exit per query, head '{recipe}' (gates fitted on seeds 3 and 4's renders, measured on seed 2's)"
         )
         oracle = exits[recipe][0]["oracle_saved"]
         print("an oracle (each query stopped once its top-1 never changes) saves " + ", ".join(
@@ -189,7 +191,7 @@ def main() -> int:
             "candidate_exit": candidate_exits,
             "candidate_exit_chosen": {"at_agreement": CHOSEN_AT, "per_seed": chosen_exits},
             "train_s": [r["train_s"] for r in runs],
-            "queries": {"train": len(train.queries), "held_out": len(val.queries), "gate": len(gate_split.queries)},
+            "queries": {"train": len(train.queries), "held_out": len(val.queries), "gate": gate_queries},
             "environment": environment(),
         }, indent=1) + "\n")  # fmt: skip
     return 0

@@ -410,8 +410,8 @@ def time_recipe_section(data: dict) -> list[str]:
     if exits:
         out += [
             "",
-            f"Early exit per query: every candidate read in 8 lockstep steps; a logistic gate fitted on a third "
-            f"render ({q.get('gate')} queries) stops them all at the first step with p_t >= eta. *Saved* is "
+            f"Early exit per query: every candidate read in 8 lockstep steps; a logistic gate fitted on renders "
+            f"of their own ({q.get('gate')} queries) stops them all at the first step with p_t >= eta. *Saved* is "
             "1 - E[T^] / T (Eq. 19); *agreement* is the top-1 at the exit against the full stream's; *ECE* is the "
             "gate's calibration error (eps_g of Prop. 3's bound 1 - eta + eps_g). A step here is a memory update "
             "over stored frame embeddings: an exit saves milliseconds, not backbone calls.",
@@ -431,7 +431,7 @@ def time_recipe_section(data: dict) -> list[str]:
         out += [
             "",
             "Early exit per candidate (training/time_exit.py): each candidate's stream stops on its own. A listwise "
-            "gate fitted on the same third render estimates each candidate's chance q of being the full stream's "
+            "gate fitted on the same renders estimates each candidate's chance q of being the full stream's "
             "top-1; a candidate stops at the first step with 1 - q >= eta unless its readout is among the two best "
             "then, and a stopped candidate ranks below every one read to the end. *Saved* is the share of "
             "candidate steps not read; *ECE* is q's calibration error.",
