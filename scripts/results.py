@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
+
+from results_format import environment_line as _environment
+from results_format import mean_std as _mean_std
+from results_time import time_recipe_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
@@ -70,22 +73,6 @@ README_COLUMNS = (
 def _load(name: str) -> dict | None:
     path = BENCH / name
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def _mean_std(values: list[float], pct: bool) -> str:
-    vals = [v for v in values if isinstance(v, int | float) and v == v]  # NaN-free
-    if not vals:
-        return "–"
-    scale = 100.0 if pct else 1.0
-    mean = statistics.fmean(vals) * scale
-    std = (statistics.pstdev(vals) * scale) if len(vals) > 1 else 0.0
-    if pct:
-        return f"{mean:.1f} ± {std:.1f}"
-    if mean >= 100:
-        return f"{mean:.0f} ± {std:.0f}"
-    if mean >= 1:
-        return f"{mean:.1f} ± {std:.1f}"
-    return f"{mean:.2f} ± {std:.2f}"
 
 
 def _modes(per_seed: dict) -> list[str]:
@@ -152,31 +139,6 @@ def _command(data: dict, script: str) -> str:
         if key in args and args[key] != default:
             parts.append(f"{flag} {args[key]:g}" if isinstance(args[key], float) else f"{flag} {args[key]}")
     return " ".join(parts)
-
-
-def _environment(data: dict) -> str:
-    """The environment a benchmark recorded (benchmarks/provenance.py), in one line."""
-    env = data.get("environment") or data.get("meta") or {}
-    found = []
-    git = env.get("git") or {}
-    if git.get("commit"):
-        found.append(
-            f"commit {git['commit'][:10]}" + (" (with uncommitted changes)" if git.get("dirty") else "")
-        )
-    if env.get("python"):
-        found.append(f"Python {env['python']}")
-    packages = env.get("packages") or {}
-    for name in ("torch", "transformers", "numpy", "pillow", "av", "faiss-cpu"):
-        if packages.get(name):
-            found.append(f"{name} {packages[name]}")
-    threads = env.get("threads") or {}
-    if threads.get("torch_num_threads") is not None:
-        found.append(f"torch threads {threads['torch_num_threads']}")
-    for key in ("cpu_count", "nproc"):
-        if env.get(key) is not None:
-            found.append(f"{env[key]} CPUs")
-            break
-    return ", ".join(found)
 
 
 def _defaults_note(data: dict) -> list[str]:
@@ -378,92 +340,6 @@ def storage_section(data: dict) -> list[str]:
                 f"{100 * v['best_frame_within_one']:.1f} % | {100 * v['best_video_agreement']:.1f} % |"
             )
         out.append("")
-    return out
-
-
-def time_recipe_section(data: dict) -> list[str]:
-    """The time head's Table 6 (step-wise and self-distillation terms) and early exit
-    (benchmarks/bench_time_head.py)."""
-    args = data.get("args", {})
-    seeds = args.get("seeds", [])
-    q = data.get("queries", {})
-    out = [
-        "## The time head's recipe: Table 6 and early exit",
-        "",
-        f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_time_head.py --steps {args.get('steps')}` — "
-        f"heads trained on the default training render ({q.get('train')} queries), measured on the held-out "
-        f"render ({q.get('held_out')} queries, 60-240 s videos, every video of the render a candidate); "
-        f"weight seeds {', '.join(str(x) for x in seeds)}, mean ± std; {data.get('minutes', 0):.0f} min on 2 cores.",
-        "",
-        "Table 6: order / count pair accuracy (the right video above its mirror or other count; chance 50 %) "
-        "of the readout after that share of each candidate's frames.",
-        "",
-        "| training | 25 % | 50 % | 75 % | all | mean |",
-        "|---|---|---|---|---|---|",
-    ]
-    checks = ("after 25 %", "after 50 %", "after 75 %", "full", "mean")
-    for recipe, row in data.get("table6", {}).items():
-        cells = [f"{_mean_std(row['order'][c], True)} / {_mean_std(row['count'][c], True)}" for c in checks]
-        out.append(f"| {recipe} | " + " | ".join(cells) + " |")
-    exits = data.get("exit", {})
-    notes: list[str] = []
-    if exits:
-        out += [
-            "",
-            f"Early exit per query: every candidate read in 8 lockstep steps; a logistic gate fitted on renders "
-            f"of their own ({q.get('gate')} queries) stops them all at the first step with p_t >= eta. *Saved* is "
-            "1 - E[T^] / T (Eq. 19); *agreement* is the top-1 at the exit against the full stream's; *ECE* is the "
-            "gate's calibration error (eps_g of Prop. 3's bound 1 - eta + eps_g). A step here is a memory update "
-            "over stored frame embeddings: an exit saves milliseconds, not backbone calls.",
-            "",
-            *_exit_table(exits),
-        ]
-        for recipe, rows in exits.items():
-            oracle = rows[0].get("oracle_saved")
-            if oracle:
-                notes.append(
-                    f"Head *{recipe}*: an oracle that stops each query once its top-1 never changes again saves "
-                    + ", ".join(f"{k} {_mean_std([o[k] for o in oracle], True)} %" for k in oracle[0])
-                    + " of the steps: no per-query gate over these steps can save more."
-                )
-    candidate = data.get("candidate_exit", {})
-    if candidate:
-        out += [
-            "",
-            "Early exit per candidate (training/time_exit.py): each candidate's stream stops on its own. A listwise "
-            "gate fitted on the same renders estimates each candidate's chance q of being the full stream's "
-            "top-1; a candidate stops at the first step with 1 - q >= eta unless its readout is among the two best "
-            "then, and a stopped candidate ranks below every one read to the end. *Saved* is the share of "
-            "candidate steps not read; *ECE* is q's calibration error.",
-            "",
-            *_exit_table(candidate),
-        ]
-        chosen = data.get("candidate_exit_chosen", {})
-        for recipe, per_seed in chosen.get("per_seed", {}).items():
-            if per_seed and all(per_seed):
-                notes.append(
-                    f"Head *{recipe}*, per candidate, eta chosen on the gate's render for >= "
-                    f"{100 * chosen['at_agreement']:.0f} % agreement there ({', '.join(str(c['eta']) for c in per_seed)}): "
-                    f"on the held-out render it saves {_mean_std([c['saved'] for c in per_seed], True)} % of the "
-                    f"steps at {_mean_std([c['agreement'] for c in per_seed], True)} % agreement."
-                )
-    env = _environment(data)
-    notes = [line for note in notes for line in ("", note)]
-    return [*out, *notes, "", *([f"Environment: {env}.", ""] if env else [])]
-
-
-def _exit_table(exits: dict) -> list[str]:
-    out = [
-        "| head | eta | steps saved % | top-1 agreement % | Hit@1 at exit % | Hit@1 full % | ECE |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for recipe, rows in exits.items():
-        for row in rows:
-            out.append(
-                f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
-                f"{_mean_std(row['agreement'], True)} | {_mean_std(row['hit@1'], True)} | "
-                f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
-            )
     return out
 
 

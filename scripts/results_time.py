@@ -1,0 +1,94 @@
+"""The time head's recipe section of the results page (benchmarks/bench_time_head.py's JSON)."""
+
+from __future__ import annotations
+
+import statistics
+
+from results_format import environment_line as _environment
+from results_format import mean_std as _mean_std
+
+
+def time_recipe_section(data: dict) -> list[str]:
+    """The time head's Table 6 (step-wise and self-distillation terms) and early exit
+    (benchmarks/bench_time_head.py)."""
+    args = data.get("args", {})
+    seeds = args.get("seeds", [])
+    q = data.get("queries", {})
+    out = [
+        "## The time head's recipe: Table 6 and early exit",
+        "",
+        f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_time_head.py --steps {args.get('steps')}` — "
+        f"heads trained on the default training render ({q.get('train')} queries), measured on the held-out "
+        f"render ({q.get('held_out')} queries, 60-240 s videos, every video of the render a candidate); "
+        f"weight seeds {', '.join(str(x) for x in seeds)}, mean ± std; {data.get('minutes', 0):.0f} min on 2 cores.",
+        "",
+        "Table 6: order / count pair accuracy (the right video above its mirror or other count; chance 50 %) "
+        "of the readout after that share of each candidate's frames.",
+        "",
+        "| training | 25 % | 50 % | 75 % | all | mean |",
+        "|---|---|---|---|---|---|",
+    ]
+    checks = ("after 25 %", "after 50 %", "after 75 %", "full", "mean")
+    for recipe, row in data.get("table6", {}).items():
+        cells = [f"{_mean_std(row['order'][c], True)} / {_mean_std(row['count'][c], True)}" for c in checks]
+        out.append(f"| {recipe} | " + " | ".join(cells) + " |")
+    exits = data.get("exit", {})
+    notes: list[str] = []
+    if exits:
+        out += [
+            "",
+            f"Early exit per query: every candidate read in 8 lockstep steps; a logistic gate fitted on renders "
+            f"of their own ({q.get('gate')} queries) stops them all at the first step with p_t >= eta. *Saved* is "
+            "1 - E[T^] / T (Eq. 19); *agreement* is the top-1 at the exit against the full stream's; *ECE* is the "
+            "gate's calibration error (eps_g of Prop. 3's bound 1 - eta + eps_g). A step here is a memory update "
+            "over stored frame embeddings: an exit saves milliseconds, not backbone calls.",
+            "",
+            *_exit_table(exits),
+        ]
+        for recipe, rows in exits.items():
+            oracle = rows[0].get("oracle_saved")
+            if oracle:
+                notes.append(
+                    f"Head *{recipe}*: an oracle that stops each query once its top-1 never changes again saves "
+                    + ", ".join(f"{k} {_mean_std([o[k] for o in oracle], True)} %" for k in oracle[0])
+                    + " of the steps: no per-query gate over these steps can save more."
+                )
+    candidate = data.get("candidate_exit", {})
+    if candidate:
+        out += [
+            "",
+            "Early exit per candidate (training/time_exit.py): each candidate's stream stops on its own. A listwise "
+            "gate fitted on the same renders estimates each candidate's chance q of being the full stream's "
+            "top-1; a candidate stops at the first step with 1 - q >= eta unless its readout is among the two best "
+            "then, and a stopped candidate ranks below every one read to the end. *Saved* is the share of "
+            "candidate steps not read; *ECE* is q's calibration error.",
+            "",
+            *_exit_table(candidate),
+        ]
+        chosen = data.get("candidate_exit_chosen", {})
+        for recipe, per_seed in chosen.get("per_seed", {}).items():
+            if per_seed and all(per_seed):
+                notes.append(
+                    f"Head *{recipe}*, per candidate, eta chosen on the gate's render for >= "
+                    f"{100 * chosen['at_agreement']:.0f} % agreement there ({', '.join(str(c['eta']) for c in per_seed)}): "
+                    f"on the held-out render it saves {_mean_std([c['saved'] for c in per_seed], True)} % of the "
+                    f"steps at {_mean_std([c['agreement'] for c in per_seed], True)} % agreement."
+                )
+    env = _environment(data)
+    notes = [line for note in notes for line in ("", note)]
+    return [*out, *notes, "", *([f"Environment: {env}.", ""] if env else [])]
+
+
+def _exit_table(exits: dict) -> list[str]:
+    out = [
+        "| head | eta | steps saved % | top-1 agreement % | Hit@1 at exit % | Hit@1 full % | ECE |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for recipe, rows in exits.items():
+        for row in rows:
+            out.append(
+                f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
+                f"{_mean_std(row['agreement'], True)} | {_mean_std(row['hit@1'], True)} | "
+                f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
+            )
+    return out
