@@ -2,15 +2,17 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
         [--requests 32] [--cascade-requests 160] [--cap-s 45] [--shortlist 10] [--frames 32] [--stage1-requests 60]
-        [--workdir DIR] [--json out.json]
+        [--servers single batched [batched-search-nice-0]] [--workdir DIR] [--json out.json]
 
 What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
 one-shot with the shipped tiny-world backbone (``indexer build``), then starts ``qaslr serve`` on
-127.0.0.1 twice, in one run:
+127.0.0.1 once per server of ``--servers``, in one run:
 
-    single worker   ``QASLR_BATCHING=0``: the old behaviour, one model thread runs every search whole
+    single          ``QASLR_BATCHING=0``: the old behaviour, one model thread runs every search whole
     batched         ``QASLR_BATCHING=1``: request threads run the cheap stages, one batcher thread runs
                     the heavy tier's encodes of all requests in shared backbone calls
+    batched-search-nice-0  (only when asked) the same with ``QASLR_SEARCH_NICE=0``: its search threads
+                    at the light lane's CPU priority, beside the default +5
 
 and sends each of two workloads (``--workloads``):
 
@@ -245,6 +247,13 @@ def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: fl
     return out
 
 
+SERVERS = {  # name -> the server's environment beside the common one
+    "single": {"QASLR_BATCHING": "0"},
+    "batched": {"QASLR_BATCHING": "1"},
+    "batched-search-nice-0": {"QASLR_BATCHING": "1", "QASLR_SEARCH_NICE": "0"},
+}
+
+
 def run_server(name: str, model: Path, index: Path, env: dict, args, workload: str, queries) -> dict:
     body = {"mode": "rerank", "top_k": 10, "shortlist": args.shortlist, "frames": args.frames}
     if workload == "every":
@@ -301,7 +310,11 @@ def main(argv=None) -> int:
     p.add_argument("--shortlist", type=int, default=10, help="R (and heavy)")
     p.add_argument("--frames", type=int, default=32, help="K'")
     p.add_argument("--queue-size", type=int, default=32, help="QASLR_QUEUE_SIZE (above the clients: no 429)")
-    p.add_argument("--only", choices=["single", "batched"], default=None, help="run one server only")
+    p.add_argument(
+        "--servers", nargs="+", choices=list(SERVERS), default=["single", "batched"],
+        help="servers to run, in one run: the old single worker, the batched one, and the batched one with its "
+        "search threads at the light lane's priority (QASLR_SEARCH_NICE=0: what the search-thread nice buys)",
+    )  # fmt: skip
     p.add_argument("--workloads", nargs="+", choices=["every", "cascade"], default=["every", "cascade"],
                    help="every candidate re-encoded, and/or the default cascade (see above)")  # fmt: skip
     p.add_argument("--workdir", default=None, help="cache for the corpus, checkpoint and index")
@@ -321,15 +334,14 @@ def main(argv=None) -> int:
         "QASLR_MAX_FRAMES": str(max(args.frames, 32)),
         "QASLR_DEFAULT_FRAMES": str(args.frames),
     }
-    runs = {"single": {"QASLR_BATCHING": "0"}, "batched": {"QASLR_BATCHING": "1"}}
     labels = {"every": "every candidate re-encoded", "cascade": "the default cascade"}
     results = {
         f"{name}, {labels[w]}": run_server(
             name, model, index, base | env, args, w, QUERIES if w == "every" else corpus_queries
         )
         for w in args.workloads
-        for name, env in runs.items()
-        if args.only in (None, name)
+        for name, env in SERVERS.items()
+        if name in args.servers
     }
     try:
         load = os.getloadavg()

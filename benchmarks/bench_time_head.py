@@ -135,6 +135,7 @@ def main() -> int:
 
     from benchmarks.provenance import environment, recorded_args, world_workdir_and_model
     from training.time_exit import EXIT_READ_ON
+    from training.time_renders import GATE_SEEDS, HELD_OUT_SEED
 
     t_start = time.perf_counter()
     model = world_workdir_and_model(args, "qaslr-time-head")  # the renders train-time-head caches too
@@ -163,9 +164,8 @@ def main() -> int:
     for recipe in EXIT_RECIPES:
         mine = [r for r in runs if r["recipe"] == recipe]
         exits[recipe], candidate_exits[recipe] = _per_eta(mine, "exit"), _per_eta(mine, "candidate_exit")
-        print(
-            f"\nEarly exit per query, head '{recipe}' (gates fitted on seeds 3 and 4's renders, measured on seed 2's)"
-        )
+        print(f"\nEarly exit per query, head '{recipe}' (gates fitted on the renders of seeds {list(GATE_SEEDS)}, "
+              f"measured on seed {HELD_OUT_SEED}'s)")  # fmt: skip
         oracle = exits[recipe][0]["oracle_saved"]
         print("an oracle (each query stopped once its top-1 never changes) saves " + ", ".join(
             f"{k} {_ms([o[k] for o in oracle])}" for k in oracle[0]
@@ -175,7 +175,9 @@ def main() -> int:
         _print_exit(candidate_exits[recipe])
         chosen = [r["chosen"] for r in mine]
         chosen_exits[recipe] = chosen
-        if all(chosen):
+        if not all(chosen):
+            print(f"no eta reached {CHOSEN_AT:.0%} agreement on the gate's renders for some seed: {chosen}")
+        else:
             print(f"eta chosen on the gate's render for >= {CHOSEN_AT:.0%} agreement there: "
                   f"{[c['eta'] for c in chosen]}; on the held-out render it saves "
                   f"{_ms([c['saved'] for c in chosen])} at {_ms([c['agreement'] for c in chosen])} agreement")  # fmt: skip

@@ -27,8 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from results_format import environment_line as _environment
-from results_format import mean_std as _mean_std
+from results_format import environment_line, mean_std
 from results_time import time_recipe_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +97,7 @@ def _builds_table(data: dict) -> list[str]:
         got = [per_seed[s]["_builds"][name] for s in seeds if name in per_seed[s].get("_builds", {})]
 
         def col(key: str, scale: float = 1.0) -> str:
-            return _mean_std([g.get(key, float("nan")) * scale for g in got], False)  # noqa: B023
+            return mean_std([g.get(key, float("nan")) * scale for g in got], False)  # noqa: B023
 
         out.append(
             f"| {name} | {col('video_min_per_s')} | {col('bank_frames_per_video')} | "
@@ -119,7 +118,7 @@ def _quality_table(data: dict, columns, only: tuple[str, ...] | None = None) -> 
         if only is not None and mode not in only:
             continue
         cells = [
-            _mean_std([per_seed[s][mode].get(key, float("nan")) for s in seeds], pct)
+            mean_std([per_seed[s][mode].get(key, float("nan")) for s in seeds], pct)
             for key, _, pct in columns
         ]
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
@@ -202,13 +201,13 @@ def quality_section(data: dict, title: str = "Retrieval quality in the shapes wo
             "|---|---|---|",
             "| "
             + " | ".join(
-                _mean_std([r.get(k, float("nan")) for r in rows], True)
+                mean_std([r.get(k, float("nan")) for r in rows], True)
                 for k in ("match_above", "absent_below", "out_below")
             )
             + " |",
             "",
         ]
-    env = _environment(data)
+    env = environment_line(data)
     if env:
         out += [f"Environment: {env}.", ""]
     return out
@@ -249,11 +248,11 @@ def hybrid_section(data: dict) -> list[str]:
             continue
         for mode in first[kind]:
             rows = [per_seed[s][kind][mode] for s in seeds]
-            iou = _mean_std([r.get("iou", float("nan")) for r in rows], False) if kind == "said" else "–"
+            iou = mean_std([r.get("iou", float("nan")) for r in rows], False) if kind == "said" else "–"
             out.append(
-                f"| {label} ({rows[0].get('queries', '?')}) | {mode} | {_mean_std([r['hit@1'] for r in rows], True)} | "
-                f"{_mean_std([r['hit@5'] for r in rows], True)} | {iou} | "
-                f"{_mean_std([r['ms'] for r in rows], False)} | {_mean_std([r['spoken_ms'] for r in rows], False)} |"
+                f"| {label} ({rows[0].get('queries', '?')}) | {mode} | {mean_std([r['hit@1'] for r in rows], True)} | "
+                f"{mean_std([r['hit@5'] for r in rows], True)} | {iou} | "
+                f"{mean_std([r['ms'] for r in rows], False)} | {mean_std([r['spoken_ms'] for r in rows], False)} |"
             )
     out.append("")
     for mode, checks in (data.get("criteria") or {}).items():
@@ -263,7 +262,7 @@ def hybrid_section(data: dict) -> list[str]:
             + "."
         )
         out.append("")
-    env = _environment(data)
+    env = environment_line(data)
     if env:
         out += [f"Environment: {env}.", ""]
     return out
@@ -298,7 +297,7 @@ def generic_section(title: str, script: str, data: dict) -> list[str]:
         out += ["| " + " | ".join(keys) + " |", "|---|" + "---|" * (len(keys) - 1)]
         for row in rows:
             out.append("| " + " | ".join(_cell(row.get(k)) for k in keys) + " |")
-    env = _environment(data)
+    env = environment_line(data)
     return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
 
 

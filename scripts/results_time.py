@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from results_format import environment_line as _environment
-from results_format import mean_std as _mean_std
+from results_format import environment_line, mean_std
 
 
 def time_recipe_section(data: dict) -> list[str]:
@@ -30,7 +29,7 @@ def time_recipe_section(data: dict) -> list[str]:
     ]
     checks = ("after 25 %", "after 50 %", "after 75 %", "full", "mean")
     for recipe, row in data.get("table6", {}).items():
-        cells = [f"{_mean_std(row['order'][c], True)} / {_mean_std(row['count'][c], True)}" for c in checks]
+        cells = [f"{mean_std(row['order'][c], True)} / {mean_std(row['count'][c], True)}" for c in checks]
         out.append(f"| {recipe} | " + " | ".join(cells) + " |")
     exits = data.get("exit", {})
     notes: list[str] = []
@@ -50,7 +49,7 @@ def time_recipe_section(data: dict) -> list[str]:
             if oracle:
                 notes.append(
                     f"Head *{recipe}*: an oracle that stops each query once its top-1 never changes again saves "
-                    + ", ".join(f"{k} {_mean_std([o[k] for o in oracle], True)} %" for k in oracle[0])
+                    + ", ".join(f"{k} {mean_std([o[k] for o in oracle], True)} %" for k in oracle[0])
                     + " of the steps: no per-query gate over these steps can save more."
                 )
     candidate = data.get("candidate_exit", {})
@@ -71,10 +70,10 @@ def time_recipe_section(data: dict) -> list[str]:
                 notes.append(
                     f"Head *{recipe}*, per candidate, eta chosen on the gate's render for >= "
                     f"{100 * chosen['at_agreement']:.0f} % agreement there ({', '.join(str(c['eta']) for c in per_seed)}): "
-                    f"on the held-out render it saves {_mean_std([c['saved'] for c in per_seed], True)} % of the "
-                    f"steps at {_mean_std([c['agreement'] for c in per_seed], True)} % agreement."
+                    f"on the held-out render it saves {mean_std([c['saved'] for c in per_seed], True)} % of the "
+                    f"steps at {mean_std([c['agreement'] for c in per_seed], True)} % agreement."
                 )
-    env = _environment(data)
+    env = environment_line(data)
     notes = [line for note in notes for line in ("", note)]
     return [*out, *notes, "", *([f"Environment: {env}.", ""] if env else [])]
 
@@ -87,8 +86,8 @@ def _exit_table(exits: dict) -> list[str]:
     for recipe, rows in exits.items():
         for row in rows:
             out.append(
-                f"| {recipe} | {row['eta'][0]} | {_mean_std(row['saved'], True)} | "
-                f"{_mean_std(row['agreement'], True)} | {_mean_std(row['hit@1'], True)} | "
-                f"{_mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
+                f"| {recipe} | {row['eta'][0]} | {mean_std(row['saved'], True)} | "
+                f"{mean_std(row['agreement'], True)} | {mean_std(row['hit@1'], True)} | "
+                f"{mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
             )
     return out

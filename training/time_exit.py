@@ -77,6 +77,13 @@ def exit_trajectories(head: TimeHead, split) -> list[dict]:
     return out
 
 
+def _row(eta: float, saved: list, agreed: list, hit: list, trajectories: list[dict], ece: float) -> dict:
+    """One eta's measurements over a set of queries (the per-query and per-candidate exits alike)."""
+    return {"eta": eta, "saved": float(np.mean(saved)), "agreement": float(np.mean(agreed)),
+            "hit@1": float(np.mean(hit)), "ece": ece, "queries": len(trajectories),
+            "full_hit@1": float(np.mean([tr["top"][-1] == tr["right"] for tr in trajectories]))}  # fmt: skip
+
+
 def _ece(p: np.ndarray, hit: np.ndarray) -> float:
     """Expected calibration error over ten bins of ``p``: eps_g's empirical stand-in in Prop. 3."""
     bins = np.minimum((p * 10).astype(int), 9)
@@ -130,7 +137,6 @@ def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[st
              for tr in trajectories]  # fmt: skip
     agree = [(tr["top"] == tr["top"][-1]) for tr in trajectories]
     ece = _ece(np.concatenate(probs), np.concatenate(agree).astype(np.float64))
-    full_hit = float(np.mean([tr["top"][-1] == tr["right"] for tr in trajectories]))
     # what no gate can beat: each query stopped at the first step after which its top-1 never changes
     settled = [
         T_EXIT - int(np.flatnonzero(tr["top"] != tr["top"][-1]).max(initial=-1)) - 1 for tr in trajectories
@@ -148,9 +154,7 @@ def measure_exit(gate: nn.Module, trajectories: list[dict], conditions: tuple[st
             saved.append(1 - t / T_EXIT)
             agreed.append(float(tr["top"][t - 1] == tr["top"][-1]))
             hit.append(float(tr["top"][t - 1] == tr["right"]))
-        out.append({"eta": eta, "saved": float(np.mean(saved)), "agreement": float(np.mean(agreed)),
-                    "hit@1": float(np.mean(hit)), "full_hit@1": full_hit, "ece": ece,
-                    "oracle_saved": oracle, "queries": len(trajectories)})  # fmt: skip
+        out.append(_row(eta, saved, agreed, hit, trajectories, ece) | {"oracle_saved": oracle})
     return out
 
 
@@ -220,7 +224,6 @@ def measure_candidate_exit(gate: CandidateGate, trajectories: list[dict],
     agreement with the full stream, Hit@1 with the exits against the full stream's, and the gate's
     calibration error (ECE of q_t^j against "j is the full stream's top-1", every candidate and step
     t < T of the full streams)."""
-    full_hit = float(np.mean([tr["top"][-1] == tr["right"] for tr in trajectories]))
     q_all, won_all = [], []
     for tr in trajectories:
         for t in range(T_EXIT - 1):
@@ -236,9 +239,7 @@ def measure_candidate_exit(gate: CandidateGate, trajectories: list[dict],
             saved.append(ranked["saved"])
             agreed.append(float(ranked["top"] == tr["top"][-1]))
             hit.append(float(ranked["top"] == tr["right"]))
-        out.append({"eta": eta, "saved": float(np.mean(saved)), "agreement": float(np.mean(agreed)),
-                    "hit@1": float(np.mean(hit)), "full_hit@1": full_hit, "ece": ece,
-                    "queries": len(trajectories)})  # fmt: skip
+        out.append(_row(eta, saved, agreed, hit, trajectories, ece))
     return out
 
 
@@ -265,6 +266,6 @@ def candidate_exit(gate: CandidateGate, trajectory: dict, eta: float) -> dict:
         steps[leave] = t + 1
     # every candidate's score: its final readout, or its readout at its exit ranked below all finals
     final = np.where(steps == T_EXIT, readouts[-1], -np.inf)
-    exited = np.where(steps < T_EXIT, readouts[np.minimum(steps, T_EXIT) - 1, np.arange(candidates)], -np.inf)
+    exited = np.where(steps < T_EXIT, readouts[steps - 1, np.arange(candidates)], -np.inf)
     top = int(np.argmax(final)) if np.isfinite(final).any() else int(np.argmax(exited))
     return {"top": top, "steps": steps, "saved": float(1 - steps.sum() / (candidates * T_EXIT))}
