@@ -9,8 +9,9 @@ one-shot with the shipped tiny-world backbone (``indexer build``), then starts `
 127.0.0.1 once per server of ``--servers``, in one run:
 
     single          ``QASLR_BATCHING=0``: the old behaviour, one model thread runs every search whole
-    batched         ``QASLR_BATCHING=1``: request threads run the cheap stages, one batcher thread runs
-                    the heavy tier's encodes of all requests in shared backbone calls
+    batched         ``QASLR_BATCHING=1``: request threads run the cheap stages, batcher threads run the
+                    stage-2 backbone work of all requests (heavy-tier clips, queries, the frames that
+                    refine the top moment) in shared backbone calls
     batched-search-nice-0  (only when asked) the same with ``QASLR_SEARCH_NICE=0``: its search threads
                     at the light lane's CPU priority, beside the default +5
 
@@ -282,8 +283,11 @@ def run_server(name: str, model: Path, index: Path, env: dict, args, workload: s
         )
         metrics = httpx.get(url + "/metrics").text
         out["metrics_lines"] = [
-            line for line in metrics.splitlines() if line.startswith(("qaslr_batch_", "qaslr_queue_seconds"))
-        ][:80]
+            line
+            for line in metrics.splitlines()
+            if line.startswith(("qaslr_batch_", "qaslr_queue_seconds"))
+            and ("_sum" in line or "_count" in line)
+        ]
     a, b = out["stage1_alone"], out["stage1_loaded"]
     print(
         f"[{name}] stage 1 alone p95 {a['p95_ms']:.0f} ms; under {args.load_clients} rerank clients p95 {b['p95_ms']:.0f} ms"

@@ -1,15 +1,30 @@
 """Dynamic batching of stage-2 backbone work across concurrent requests.
 
-The heavy tier of every request hands its clips (the candidates' selected frames) to one
-:class:`EncodeBatcher`; batcher threads run them in shared ``VideoEncoder.encode`` calls:
+Every request of a stage-2 search hands its backbone work to one :class:`EncodeBatcher`, and
+batcher threads run the work of concurrent requests in shared backbone calls. Three kinds, each in
+calls of its own:
 
-- a batch starts when the oldest waiting clip has waited ``max_wait_s`` (a few ms: a lone request
-  pays at most that) or when ``max_frames`` frames are waiting, whichever comes first;
+- ``clips``: the heavy tier's candidates (their selected frames), in ``VideoEncoder.encode`` calls;
+- ``queries``: the query embedding q of a search that goes on to stage 2, in
+  ``VideoEncoder.embed_queries`` calls (a stage-1-only search embeds its own query on the light lane,
+  so it never waits here);
+- ``images``: the source frames that refine the top result's moment (engine.refine), in
+  ``Backbone.embed_images`` calls.
+
+A clip costs its frames of the budget; a query or an image costs one. The rules:
+
+- a batch starts when ``max_frames`` frames are waiting, or when the oldest waiting item has waited
+  ``max_wait_s``, or as soon as no other search could join it: with ``peers`` (the number of
+  searches running, engine.worker's ``ModelWorker.running``), once every running search is in
+  the batcher (waiting, or in a running batch). A lone request never waits, and under load the
+  batch takes everyone who is about to come; larger calls cost less per frame and hold the
+  interpreter lock for less of their time (``benchmarks/bench_load.py``);
 - it takes clips FIFO by request (the oldest request's clips first, then the next request's, until
   ``max_frames``): a request's clips are never passed over by later requests', so none starves;
   a request larger than the budget is split over consecutive batches;
-- only clips of the same encoder and early-exit policy share a call; within a call the clips are
-  sorted by (frame shape, length), so padded backbone batches hold like shapes;
+- only work of one kind, encoder and early-exit policy shares a call; within a call the items are
+  sorted by (frame shape, length), or a query's text length, so padded backbone batches hold like
+  shapes;
 - ``workers`` threads take batches from the one queue (one on a GPU; on a CPU, as many as the
   cores allow beside torch's own threads: a batch runs while the next one forms); with several,
   a streaming head's time (``head_s``) is shared out approximately;
@@ -37,13 +52,17 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from core.config import BATCH_NICE
 from engine.worker import QueueFull, lower_thread_priority, off_the_cpu
 
 __all__ = [
+    "IMAGES",
+    "QUERIES",
     "BatchStats",
+    "CLIPS",
     "EncodeBatcher",
     "EncodeCancelled",
     "EncodeTicket",
@@ -55,6 +74,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_NICE = BATCH_NICE  # added to the batcher threads' nice value (Linux; 0: none)
+CLIPS, QUERIES, IMAGES = "clips", "queries", "images"  # the kinds of work (see the module doc)
 
 
 class EncodeCancelled(RuntimeError):
@@ -63,17 +83,19 @@ class EncodeCancelled(RuntimeError):
 
 @dataclass
 class BatchStats:
-    """One backbone call of the batcher: what it held."""
+    """One backbone call of the batcher: what it held (``clips``: its items, of ``kind``)."""
 
     clips: int
     frames: int
     requests: int
     seconds: float
+    kind: str = CLIPS
 
 
 @dataclass
 class EncodeTicket:
-    """One request's clips in the batcher. ``queue_s``: from submission to the first batch that
+    """One request's work in the batcher: ``videos`` holds its items (clips; the frames of
+    ``images``; the texts of ``queries``). ``queue_s``: from submission to the first batch that
     took its clips; ``compute_s``: the wall time of the batches its clips were in (what it waited on
     while they ran); ``head_s``: its share of their streaming-head time."""
 
@@ -84,6 +106,7 @@ class EncodeTicket:
     exit_policy: object
     cancelled: Callable[[], bool] | None
     deadline: float | None
+    kind: str = CLIPS
     submitted: float = field(default_factory=time.perf_counter)
     results: list = field(default_factory=list)
     taken: int = 0  # videos handed to a batch so far (FIFO within the request)
@@ -105,7 +128,20 @@ class EncodeTicket:
             if p is None
             else (id(getattr(p, "gate", None)), getattr(p, "eta", None), getattr(p, "t_min", None))
         )
-        return (id(self.encoder), policy, self.queries is None, self.texts is None)
+        return (self.kind, id(self.encoder), policy, self.queries is None, self.texts is None)
+
+    def cost(self, i: int) -> int:
+        """What item ``i`` takes of a batch's frame budget: a clip its frames, anything else one."""
+        return len(self.videos[i].frames) if self.kind == CLIPS else 1
+
+    def order_key(self, i: int) -> tuple:
+        """Like shapes together: a clip's (frame shape, length), an image's shape, a text's length."""
+        item = self.videos[i]
+        if self.kind == CLIPS:
+            return (tuple(item.frames.shape[1:]), len(item.frames))
+        if self.kind == IMAGES:
+            return (tuple(np.shape(item)), 0)
+        return ((), len(item or ""))
 
     def expired(self) -> bool:
         if self.cancelled is not None and self.cancelled():
@@ -132,6 +168,7 @@ class EncodeBatcher:
         workers: int = 1,
         on_batch: Callable[[BatchStats], None] | None = None,
         nice: int = DEFAULT_NICE,
+        peers: Callable[[], int] | None = None,
     ):
         self.max_wait_s = float(max_wait_s)
         self.nice = min(19, max(0, int(nice)))
@@ -139,6 +176,8 @@ class EncodeBatcher:
         self.max_queued = int(max_queued)
         self.workers = max(1, int(workers))
         self.on_batch = on_batch
+        self.peers = peers  # () -> searches that may hand work here; None: always wait max_wait_s
+        self._inside = 0  # tickets submitted and not done (waiting, or in a running batch)
         self._queue: deque[EncodeTicket] = deque()
         self._queued_clips = 0
         self._cond = threading.Condition()
@@ -164,7 +203,12 @@ class EncodeBatcher:
         exit_policy=None,
         cancelled: Callable[[], bool] | None = None,
         deadline: float | None = None,
+        kind: str = CLIPS,
     ) -> EncodeTicket:
+        """Queue ``videos`` (the items of ``kind``: clips, image frames, or query texts) for
+        ``encoder`` (a VideoEncoder; for ``images``, a Backbone)."""
+        if kind not in (CLIPS, QUERIES, IMAGES):
+            raise ValueError(f"unknown kind of batched work {kind!r}")
         ticket = EncodeTicket(
             encoder,
             list(videos),
@@ -173,6 +217,7 @@ class EncodeBatcher:
             exit_policy,
             cancelled,
             deadline,
+            kind,
         )
         if not ticket.videos:
             ticket.done.set()
@@ -184,13 +229,70 @@ class EncodeBatcher:
                 raise QueueFull(f"{self._queued_clips} clips wait for the backbone (bound {self.max_queued})")
             self._queue.append(ticket)
             self._queued_clips += len(ticket.videos)
+            self._inside += 1
             self._cond.notify_all()
         return ticket
+
+    def wake(self) -> None:
+        """A search ended (or anything else :meth:`_take` waits on changed): look again whether
+        anyone else can still join the waiting batch."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _others_may_join(self) -> bool:
+        """Whether a running search that is not in the batcher could still hand it work."""
+        if self.peers is None:
+            return True
+        try:
+            return self.peers() > self._inside
+        except Exception:  # an observer's failure must not stall the batcher
+            return True
 
     def encode(self, encoder, videos, **kwargs) -> tuple[list, EncodeTicket]:
         """Submit and wait: (embeddings, the ticket with its timings)."""
         ticket = self.submit(encoder, videos, **kwargs)
         return ticket.wait(), ticket
+
+    def run(
+        self,
+        clock,
+        encoder,
+        items: Sequence,
+        *,
+        queue: str,
+        compute: str | None = None,
+        head: str | None = None,
+        inside: str | None = None,
+        **kwargs,
+    ) -> list:
+        """Run ``items`` for the search whose stage clock is ``clock`` (engine.searcher; its deadline
+        and cancellation go with the work) and wait: one result per item. The answer's timings keep
+        the wait apart from the work: the time the items waited in the queue is booked under
+        ``queue``; the wall time of the batches that ran them under ``compute`` (their streaming-head
+        share under ``head``); or, called within the caller's stage ``inside`` (which times the whole
+        wait), the queue time is moved out of that stage and the work stays in it. ``kwargs`` go to
+        :meth:`submit` (``kind``, ``texts``, ...)."""
+        clock.check()
+        t0 = time.perf_counter()
+        ticket = self.submit(
+            encoder, items, cancelled=getattr(clock, "cancelled", None), deadline=getattr(clock, "deadline", None),
+            **kwargs,
+        )  # fmt: skip
+        try:
+            return ticket.wait()
+        except EncodeCancelled:
+            clock.check()  # the deadline passed, or the client went away: say which
+            raise
+        finally:
+            waited = time.perf_counter() - t0
+            work = min(ticket.compute_s, waited)
+            if inside is not None:  # the enclosing stage timed the whole wait: move the queue out
+                clock.move(inside, queue, waited - work)
+            else:
+                clock.add(queue, waited - work)
+                clock.add(compute, work - (ticket.head_s if head else 0.0))
+                if head:
+                    clock.add(head, ticket.head_s)
 
     def close(self) -> None:
         with self._cond:
@@ -205,6 +307,13 @@ class EncodeBatcher:
     def _fail(self, ticket: EncodeTicket, exc: BaseException) -> None:
         if not ticket.done.is_set():
             ticket.error = exc
+            self._finish(ticket)
+
+    def _finish(self, ticket: EncodeTicket) -> None:
+        with self._cond:  # re-entrant: callers may hold it
+            if ticket.done.is_set():
+                return
+            self._inside -= 1
             ticket.done.set()
 
     def _drop_expired(self) -> None:
@@ -214,7 +323,7 @@ class EncodeBatcher:
             self._fail(t, EncodeCancelled("the request was cancelled or its deadline passed"))
 
     def _waiting_frames(self, key) -> int:
-        return sum(len(v.frames) for t in self._queue if t.key == key for v in t.videos[t.taken :])
+        return sum(t.cost(i) for t in self._queue if t.key == key for i in range(t.taken, len(t.videos)))
 
     def _take(self) -> list[tuple[EncodeTicket, list[int]]] | None:
         """Wait for work; the next batch as (ticket, video positions) pieces, FIFO by request."""
@@ -228,7 +337,7 @@ class EncodeBatcher:
                     continue
                 head = self._queue[0]
                 wait = head.submitted + self.max_wait_s - time.perf_counter()
-                if wait > 0 and self._waiting_frames(head.key) < self.max_frames:
+                if wait > 0 and self._waiting_frames(head.key) < self.max_frames and self._others_may_join():
                     self._cond.wait(wait)
                     continue
                 break
@@ -238,7 +347,7 @@ class EncodeBatcher:
                     continue
                 positions = []
                 while t.taken < len(t.videos):
-                    n = len(t.videos[t.taken].frames)
+                    n = t.cost(t.taken)
                     if (pieces or positions) and n > budget:
                         break
                     positions.append(t.taken)
@@ -267,25 +376,15 @@ class EncodeBatcher:
 
     def _run(self, pieces: list[tuple[EncodeTicket, list[int]]]) -> None:
         items = [(t, i) for t, pos in pieces for i in pos]
-        # like shapes together: (frame shape, length), stable so a request's clips keep their order
-        order = sorted(
-            range(len(items)),
-            key=lambda k: (
-                tuple(items[k][0].videos[items[k][1]].frames.shape[1:]),
-                len(items[k][0].videos[items[k][1]].frames),
-            ),
-        )
+        # like shapes together, stable so that a request's items keep their order
+        order = sorted(range(len(items)), key=lambda k: items[k][0].order_key(items[k][1]))
         first = items[0][0]
         videos = [items[k][0].videos[items[k][1]] for k in order]
-        texts = None if first.texts is None else [items[k][0].texts[items[k][1]] for k in order]
-        queries = None
-        if first.queries is not None:
-            queries = torch.stack([items[k][0].queries[items[k][1]] for k in order])
         encoder = first.encoder
         head_before = getattr(encoder, "head_seconds", 0.0)
         t0 = time.perf_counter()
         try:
-            out = encoder.encode(videos, texts=texts, queries=queries, exit_policy=first.exit_policy)
+            out = self._call(first, encoder, videos, [items[k] for k in order])
         except BaseException as exc:  # every request in the batch learns why
             logger.exception("a batched encode failed")
             for t, _ in pieces:
@@ -297,22 +396,33 @@ class EncodeBatcher:
             return
         seconds = time.perf_counter() - t0
         head = getattr(encoder, "head_seconds", 0.0) - head_before
-        frames = sum(len(v.frames) for v in videos)
+        frames = sum(t.cost(i) for t, i in items)
         for k, emb in zip(order, out, strict=True):
             t, i = items[k]
             t.results[i] = emb
         for t, pos in pieces:
-            share = sum(len(t.videos[i].frames) for i in pos) / max(frames, 1)
+            share = sum(t.cost(i) for i in pos) / max(frames, 1)
             t.compute_s += seconds
             t.head_s += head * share
             t.finished += len(pos)
             if t.finished == len(t.videos):
-                t.done.set()
+                self._finish(t)
         if self.on_batch is not None:
             try:
-                self.on_batch(BatchStats(len(videos), frames, len(pieces), seconds))
+                self.on_batch(BatchStats(len(videos), frames, len(pieces), seconds, first.kind))
             except Exception:
                 logger.exception("the batch observer failed")
+
+    @staticmethod
+    def _call(first: EncodeTicket, encoder, videos: list, items: list) -> list:
+        """One shared backbone call over ``videos`` (items of ``first``'s kind), one result each."""
+        if first.kind == QUERIES:
+            return list(encoder.embed_queries(videos))
+        if first.kind == IMAGES:
+            return list(encoder.embed_images(videos))
+        texts = None if first.texts is None else [t.texts[i] for t, i in items]
+        queries = None if first.queries is None else torch.stack([t.queries[i] for t, i in items])
+        return encoder.encode(videos, texts=texts, queries=queries, exit_policy=first.exit_policy)
 
 
 def auto_workers(device) -> int:

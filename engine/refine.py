@@ -20,10 +20,23 @@ FRAMES_PER_EDGE = 8  # at most this many source frames scored inside each edge's
 
 
 class MomentRefiner:
-    def __init__(self, backbone, frames: FrameSource, *, per_edge: int = FRAMES_PER_EDGE):
+    def __init__(self, backbone, frames: FrameSource, *, per_edge: int = FRAMES_PER_EDGE, batcher=None):
         self.backbone = backbone
         self.frames = frames
         self.per_edge = int(per_edge)
+        self.batcher = (
+            batcher  # engine.batching.EncodeBatcher shared by concurrent searches (None: embed here)
+        )
+
+    def _embed(self, frames: list, clock) -> torch.Tensor:
+        """[B, d] for the source frames: in a backbone call shared with other searches' frames when
+        there is a batcher (its wait booked as ``refine_queue``, the work left in ``refine``)."""
+        if self.batcher is None or clock is None:
+            return self.backbone.embed_images(frames)
+        kind = "images"  # engine.batching.IMAGES
+        return torch.stack(
+            self.batcher.run(clock, self.backbone, frames, kind=kind, queue="refine_queue", inside="refine")
+        )
 
     def _gap(self, lo: int, hi: int) -> np.ndarray:
         """Source frame indices strictly between bank frames ``lo`` and ``hi`` (at most per_edge)."""
@@ -33,9 +46,10 @@ class MomentRefiner:
         return np.unique(inside)
 
     @torch.inference_mode()
-    def refine(self, hit, bank, run: RelevanceRun, q: np.ndarray, stats: FrameStats):
+    def refine(self, hit, bank, run: RelevanceRun, q: np.ndarray, stats: FrameStats, *, clock=None):
         """The refined (start_s, end_s) of ``run`` in ``hit``'s video, or None when the source
-        frames cannot be read (the bank-resolution moment stands)."""
+        frames cannot be read (the bank-resolution moment stands). ``clock``: the search's stage
+        clock, for the batcher (called within its ``refine`` stage)."""
         record = hit.record
         fps = float(record.fps)
         duration = duration_of(record)
@@ -48,7 +62,7 @@ class MomentRefiner:
             got = self.frames.get([(record, wanted)], stats)[0]
             if isinstance(got, Exception):
                 return None
-            emb = self.backbone.embed_images(list(got)).float().cpu().numpy()
+            emb = self._embed(list(got), clock).float().cpu().numpy()
             rel = emb @ np.asarray(q, dtype=np.float32)
         else:
             rel = np.empty(0, np.float32)

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from core.config import (
     Embedder,
@@ -38,6 +39,7 @@ from core.config import (
     Sources,
 )
 from engine.cache import FrameCache
+from engine.clock import DeadlineExceeded, SearchCancelled, StageClock
 from engine.frames import FrameSource, FrameStats
 from engine.hits import EvidenceItem, Hit, bank_relevance
 from engine.moments import (
@@ -83,21 +85,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STAGES = (
-    "queue", "query_embed", "filter", "faiss", "spoken", "frame", "selection", "decode", "heavy_queue", "encode",
-    "head", "moment",
-    "refine", "total",
+    "queue", "query_queue", "query_embed", "filter", "faiss", "spoken", "frame", "selection", "decode",
+    "heavy_queue", "encode", "head", "moment", "refine_queue", "refine", "total",
 )  # fmt: skip
 STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
 MAX_CLIPS_PER_VIDEO = 8  # group_by "clip": moments kept per candidate
-
-
-class DeadlineExceeded(TimeoutError):
-    """The request's deadline passed between stages (mapped to HTTP 503)."""
-
-
-class SearchCancelled(RuntimeError):
-    """Nobody waits for the answer any more (the client went away): the search stopped between
-    stages and its waiting stage-2 clips were dropped."""
 
 
 @dataclass
@@ -135,43 +127,6 @@ class ClipHit:
     source: str = Sources.SEEN  # found by what is seen, said, or both (engine.spoken)
     cue: dict | None = None  # the cue that matched it (said, both)
     visual_relevance: float | None = None
-
-
-class _Clock:
-    def __init__(self, timings: dict[str, float], deadline: float | None, cancelled=None):
-        self.timings = timings
-        self.deadline = deadline
-        self.cancelled = cancelled  # () -> bool: True once nobody waits for the answer
-
-    def stage(self, name: str):
-        clock = self
-
-        class _Stage:
-            def __enter__(self):
-                clock.check()
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock.timings[name] += (time.perf_counter() - self.t0) * 1e3
-                return False
-
-        return _Stage()
-
-    def check(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise DeadlineExceeded("the request deadline passed")
-        if self.cancelled is not None and self.cancelled():
-            raise SearchCancelled("the client went away")
-
-    def add(self, name: str, seconds: float) -> None:
-        """Book ``seconds`` measured elsewhere (e.g. by the batcher) under ``name``."""
-        self.timings[name] += max(0.0, seconds) * 1e3
-
-    def move(self, source: str, target: str, seconds: float) -> None:
-        """Re-book ``seconds`` measured under ``source`` to ``target`` (e.g. head time inside encode)."""
-        ms = max(0.0, seconds) * 1e3
-        self.timings[source] -= ms
-        self.timings[target] += ms
 
 
 class Searcher:
@@ -224,6 +179,7 @@ class Searcher:
             rerank_encoder or encoder, index, self.frames, gate=gate, **tier_options
         )
         self.reranker.batcher = batcher
+        self.batcher = batcher
         # §3.1 for whole requests: a streaming stage 2 hands a request of K' <= L to the one-shot
         # tier (every candidate of it), never some candidates of one ranking
         self.short_reranker = None
@@ -244,7 +200,7 @@ class Searcher:
         self.null_sample: NullSample | None = None
         backbone = getattr(encoder, "backbone", None)
         self.refiner = (
-            MomentRefiner(backbone, self.frames)
+            MomentRefiner(backbone, self.frames, batcher=batcher)
             if config.refine_moments > 0 and backbone is not None
             else None
         )
@@ -327,15 +283,13 @@ class Searcher:
             offset=p.offset,
             sources=p.sources,
         )
-        clock = _Clock(result.timings_ms, deadline, cancelled)
+        clock = StageClock(result.timings_ms, deadline, cancelled)
 
         # sources=both: "quoted phrases" are what is said, the rest what is seen (engine.spoken); an
         # index without cues is searched as before, quotes and all
         both = p.sources == Sources.BOTH and getattr(self.index, "has_cues", False)
         seen_text, said_text = split_clues(p.query) if both else (p.query, p.query)
-        with clock.stage("query_embed"):
-            images = None if p.image is None else [p.image]
-            q = self.encoder.embed_queries([seen_text], images=images).float()  # [1, d]
+        q = self._embed_query(p, seen_text, clock)  # [1, d]
         q_np = q.numpy().astype(np.float32)
 
         allowed = None
@@ -438,6 +392,20 @@ class Searcher:
                 hit.evidence, hit.moment, hit.moment_source = None, None, None
         result.timings_ms["total"] = (time.perf_counter() - t_start) * 1e3
         return result
+
+    def _embed_query(self, p: SearchParams, text: str | None, clock) -> torch.Tensor:
+        """q, [1, d]. A search that goes on to stage 2 embeds its text query in a backbone call
+        shared with other searches' queries (the batcher, when there is one: its wait is booked as
+        ``query_queue``); a stage-1-only search (the light lane) or an image query embeds its own."""
+        if self.batcher is None or p.image is not None or p.mode not in STAGE2_MODES:
+            with clock.stage("query_embed"):
+                images = None if p.image is None else [p.image]
+                return self.encoder.embed_queries([text], images=images).float()
+        kind = "queries"  # engine.batching.QUERIES
+        (q,) = self.batcher.run(
+            clock, self.encoder, [text], kind=kind, queue="query_queue", compute="query_embed"
+        )
+        return q.float()[None]
 
     def _cascade(self, p: SearchParams, request: TierRequest, hits: list[Hit], result: SearchOutcome):
         """Stage 2 as a cascade: the frame tier over all R candidates, then the heavy tier (one-shot
@@ -590,7 +558,7 @@ class Searcher:
         with clock.stage("refine"):
             for hit in todo:
                 span = self.refiner.refine(
-                    hit, self.index.frame_bank(hit.video_id), hit.moment_run, q_vec, stats
+                    hit, self.index.frame_bank(hit.video_id), hit.moment_run, q_vec, stats, clock=clock
                 )
                 if span is not None:
                     hit.moment = span

@@ -136,9 +136,23 @@ class ModelWorker:
         # call_soon's own thread: it waits for the running searches without taking a search thread
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qaslr-model-exclusive")
         self._model = _SharedExclusive()
+        self._running = 0  # searches in their function on the search threads (not the light lane)
+        self.on_search_done: Callable[[], None] | None = None  # e.g. the batcher's wake()
         self._pending = 0
         self._lock = threading.Lock()
         self._on_depth = on_depth
+
+    @property
+    def running(self) -> int:
+        """Searches running on the search threads (holding a CPU slot or waiting for the batcher):
+        those that may hand the batcher work (engine.batching's ``peers``)."""
+        return self._running
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._running -= 1
+        if self.on_search_done is not None:
+            self.on_search_done()
 
     @property
     def depth(self) -> int:
@@ -176,7 +190,14 @@ class ModelWorker:
                         if abandoned.is_set():
                             raise _Abandoned()
                         _held.slots = slots
-                        return fn()
+                        if light:
+                            return fn()
+                        with self._lock:
+                            self._running += 1
+                        try:
+                            return fn()
+                        finally:
+                            self._leave()
                     finally:
                         _held.slots = None
                         if slots is not None:

@@ -13,6 +13,7 @@ benchmark command that the page names beside each table:
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
     docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
+    docs/bench/backbone_threads.json benchmarks/bench_backbone_threads.py --json ... (batch size, threads)
     docs/bench/first_query.json     benchmarks/bench_first_query.py --json ... (a fresh server's first query)
     docs/bench/hybrid.json          benchmarks/bench_hybrid.py --json ...    (what is seen, said or both)
 
@@ -374,6 +375,11 @@ def results_page() -> str:
     for name, title, script in (
         ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
         ("load.json", "Many users at once", "benchmarks/bench_load.py"),
+        (
+            "backbone_threads.json",
+            "A backbone call by its batch, and threads side by side",
+            "benchmarks/bench_backbone_threads.py",
+        ),
     ):
         data = _load(name)
         if data:

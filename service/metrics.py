@@ -8,7 +8,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 QUEUE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-QUEUE_STAGES = {"queue": "admission", "heavy_queue": "heavy"}  # timings_ms key -> queue label
+# timings_ms key -> queue label: admission to a search thread, then each kind of batched backbone work
+QUEUE_STAGES = {
+    "queue": "admission",
+    "query_queue": "query",
+    "heavy_queue": "heavy",
+    "refine_queue": "refine",
+}
 
 
 class Metrics:
@@ -70,17 +76,17 @@ class Metrics:
             buckets=QUEUE_BUCKETS,
             registry=r,
         )
+        # per kind of batched backbone work (engine.batching): clips, queries, images
         self.batch_clips = Histogram(
-            "qaslr_batch_clips",
-            "clips (candidates) per batched stage-2 encode call",
-            buckets=SIZE_BUCKETS,
-            registry=r,
-        )
+            "qaslr_batch_clips", "items (clips, queries or images) per batched backbone call", ["kind"],
+            buckets=SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
         self.batch_frames = Histogram(
-            "qaslr_batch_frames", "frames per batched stage-2 encode call", buckets=SIZE_BUCKETS, registry=r
-        )
+            "qaslr_batch_frames", "frames (a query counts one) per batched backbone call", ["kind"],
+            buckets=SIZE_BUCKETS, registry=r,
+        )  # fmt: skip
         self.batch_requests = Histogram(
-            "qaslr_batch_requests", "searches sharing one batched stage-2 encode call", buckets=SIZE_BUCKETS,
+            "qaslr_batch_requests", "searches sharing one batched backbone call", ["kind"], buckets=SIZE_BUCKETS,
             registry=r,
         )  # fmt: skip
         self.rejected = Counter(
@@ -120,9 +126,9 @@ class Metrics:
 
     def observe_batch(self, batch) -> None:
         """One batched encode call (engine.batching.BatchStats)."""
-        self.batch_clips.observe(batch.clips)
-        self.batch_frames.observe(batch.frames)
-        self.batch_requests.observe(batch.requests)
+        self.batch_clips.labels(batch.kind).observe(batch.clips)
+        self.batch_frames.labels(batch.kind).observe(batch.frames)
+        self.batch_requests.labels(batch.kind).observe(batch.requests)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -389,6 +389,10 @@ class SearchResult(BaseModel):
 
 class Timings(BaseModel):
     queue: float = Field(0.0, description="waiting for admission to a search thread (the model worker)")
+    query_queue: float = Field(
+        0.0,
+        description="the query waiting in the batcher for a backbone call shared with other searches' queries",
+    )
     query_embed: float = 0.0
     filter: float = 0.0
     faiss: float = 0.0
@@ -402,6 +406,10 @@ class Timings(BaseModel):
     encode: float = 0.0
     head: float = 0.0
     moment: float = 0.0
+    refine_queue: float = Field(
+        0.0,
+        description="the source frames of the top moment waiting in the batcher for a shared backbone call",
+    )
     refine: float = 0.0
     total: float = Field(0.0, description="the whole search, queueing included")
 

@@ -90,6 +90,10 @@ class AppState:
         batcher = getattr(engine, "batcher", None)
         if batcher is not None and batcher.on_batch is None:
             batcher.on_batch = self.metrics.observe_batch
+        if batcher is not None and self.worker.threads > 1 and batcher.peers is None:
+            # a batch starts once every running search is in it (engine.batching)
+            batcher.peers = lambda: self.worker.running
+            self.worker.on_search_done = batcher.wake
         self.engine = engine
         self._owns_engine = owned
         self.status = "ready"

@@ -22,7 +22,6 @@ cannot be read keeps its earlier rank.
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 
@@ -134,26 +133,10 @@ class EncodeTier(Tier):
                 embeddings = self.encoder.encode(clips, texts=texts, queries=queries, exit_policy=policy)
             clock.move("encode", "head", self.encoder.head_seconds - head_before)
             return embeddings
-        from engine.batching import EncodeCancelled
-
-        clock.check()
-        t0 = time.perf_counter()
-        ticket = self.batcher.submit(
-            self.encoder, clips, texts=texts, queries=queries, exit_policy=policy,
-            cancelled=getattr(clock, "cancelled", None), deadline=getattr(clock, "deadline", None),
+        return self.batcher.run(
+            clock, self.encoder, clips, queue="heavy_queue", compute="encode", head="head",
+            texts=texts, queries=queries, exit_policy=policy,
         )  # fmt: skip
-        try:
-            embeddings = ticket.wait()
-        except EncodeCancelled:
-            clock.check()  # the deadline passed, or the client went away: say which
-            raise
-        finally:
-            waited = time.perf_counter() - t0
-            compute = min(ticket.compute_s, waited)
-            clock.add("heavy_queue", waited - compute)
-            clock.add("encode", compute - ticket.head_s)
-            clock.add("head", ticket.head_s)
-        return embeddings
 
     def _score(self, hit: Hit, selection, emb, q: torch.Tensor) -> None:
         indices, stamps, rel = selection

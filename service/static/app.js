@@ -236,9 +236,9 @@ function showTimings(timings, clientMs) {
   const dl = $("timings");
   dl.textContent = "";
   const names = {
-    queue: "queue", query_embed: "query embedding", filter: "filter", faiss: "stage 1 (FAISS)",
+    queue: "queue", query_queue: "query queue", query_embed: "query embedding", filter: "filter", faiss: "stage 1 (FAISS)",
     spoken: "what is said (subtitles)", frame: "frame tier", selection: "frame selection", decode: "decode", heavy_queue: "heavy-tier queue",
-    encode: "encode", head: "head (streaming or time)", moment: "moments", refine: "moment refinement",
+    encode: "encode", head: "head (streaming or time)", moment: "moments", refine_queue: "refinement queue", refine: "moment refinement",
     total: "server total",
   };
   for (const [k, label] of Object.entries(names)) {

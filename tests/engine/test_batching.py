@@ -60,6 +60,115 @@ def test_concurrent_requests_share_a_call_and_get_their_own_results():
         assert ticket.queue_s is not None and ticket.compute_s >= 0
 
 
+class FakeBackbone:
+    """Records its query and image calls; a query's embedding is its text's length, an image's its
+    first pixel."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, list]] = []
+
+    def embed_queries(self, texts):
+        self.calls.append(("queries", list(texts)))
+        return torch.tensor([[float(len(t))] for t in texts])
+
+    def embed_images(self, frames):
+        self.calls.append(("images", [int(f[0, 0, 0]) for f in frames]))
+        return torch.tensor([[float(f[0, 0, 0])] for f in frames])
+
+
+class FakeClock:
+    deadline = cancelled = None
+
+    def __init__(self):
+        self.timings = {"q_wait": 0.0, "q_work": 0.0, "refine": 0.0, "r_wait": 0.0}
+
+    def check(self):
+        pass
+
+    def add(self, name, seconds):
+        self.timings[name] += seconds * 1e3
+
+    def move(self, source, target, seconds):
+        self.timings[source] -= seconds * 1e3
+        self.timings[target] += seconds * 1e3
+
+
+def test_queries_and_images_of_concurrent_requests_share_calls_of_their_own_kind():
+    model = FakeBackbone()
+    batcher = EncodeBatcher(max_wait_s=0.2, max_frames=1000)
+    texts = ["a red square moves", "a flash", "two shapes meet in the middle"]
+    clocks = [FakeClock() for _ in range(6)]
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            queries = [
+                pool.submit(
+                    batcher.run, clocks[i], model, [t], kind="queries", queue="q_wait", compute="q_work"
+                )
+                for i, t in enumerate(texts)
+            ]
+            images = [
+                pool.submit(batcher.run, clocks[3 + r], model, [np.full((4, 4, 3), 10 * r + i, np.uint8) for i in range(2)],
+                            kind="images", queue="r_wait", inside="refine")
+                for r in range(3)
+            ]  # fmt: skip
+            q_out = [f.result(10) for f in queries]
+            i_out = [f.result(10) for f in images]
+    finally:
+        batcher.close()
+    kinds = sorted(kind for kind, _ in model.calls)
+    assert kinds == ["images", "queries"]  # one shared call per kind, never mixed
+    (query_call,) = [items for kind, items in model.calls if kind == "queries"]
+    assert query_call == sorted(texts, key=len)  # length-sorted
+    assert [float(out[0][0]) for out in q_out] == [
+        float(len(t)) for t in texts
+    ]  # each its own, back in order
+    assert [[float(e[0]) for e in out] for out in i_out] == [[0.0, 1.0], [10.0, 11.0], [20.0, 21.0]]
+    for clock in clocks[:3]:  # the wait and the work are booked apart
+        assert clock.timings["q_wait"] > 0 and clock.timings["q_work"] >= 0
+    for clock in clocks[3:]:  # within the caller's stage: the wait moves out of it
+        assert clock.timings["r_wait"] > 0 and clock.timings["refine"] == -clock.timings["r_wait"]
+
+
+def test_a_batch_starts_once_every_running_search_is_in_it():
+    enc = FakeEncoder()
+    running = [1]
+    batcher = EncodeBatcher(max_wait_s=5.0, max_frames=1000, peers=lambda: running[0])
+    try:
+        t0 = time.monotonic()
+        batcher.encode(enc, [clip(2, 1)])  # the only running search: nobody else can join
+        assert time.monotonic() - t0 < 1.0
+        running[0] = 3
+        first = batcher.submit(enc, [clip(2, 2)])
+        time.sleep(0.2)
+        assert not first.done.is_set()  # two running searches may still come
+        second = batcher.submit(enc, [clip(2, 3)])
+        time.sleep(0.2)
+        assert not first.done.is_set()
+        running[0] = 2  # the third search ended without handing anything over
+        batcher.wake()
+        assert [int(e.final) for e in first.wait()] == [2] and [int(e.final) for e in second.wait()] == [3]
+        assert time.monotonic() - t0 < 3.0  # well before max_wait_s
+    finally:
+        batcher.close()
+    assert enc.calls == [[2], [2, 2]]
+
+
+def test_the_worker_counts_its_running_searches_and_says_when_one_ends():
+    worker = ModelWorker(4, threads=2, light_threads=1)
+    seen, ended = [], []
+    worker.on_search_done = lambda: ended.append(worker.running)
+
+    async def scenario():
+        await worker.run(lambda: seen.append(worker.running), timeout=5)
+        await worker.run(lambda: seen.append(worker.running), timeout=5, light=True)  # not a peer
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.shutdown()
+    assert seen == [1, 0] and ended == [0] and worker.running == 0
+
+
 def test_a_batch_holds_at_most_the_budget_and_takes_requests_fifo():
     enc = FakeEncoder(delay=0.05)
     batcher = EncodeBatcher(max_wait_s=0.05, max_frames=8)

@@ -38,11 +38,26 @@ def test_concurrent_searches_are_batched_and_timed(make_settings):
             assert t["encode"] > 0 and t["heavy_queue"] >= 0 and t["queue"] >= 0
             assert t["total"] >= t["queue"] + t["heavy_queue"] + t["encode"]
         metrics = client.get("/metrics").text
-        assert _metric(metrics, "qaslr_batch_clips_count") >= 1
+        assert _metric(metrics, 'qaslr_batch_clips_count{kind="clips"}') >= 1
         # four requests of four clips each in fewer calls than one per request
-        assert _metric(metrics, "qaslr_batch_requests_sum") > _metric(metrics, "qaslr_batch_requests_count")
+        clips = 'qaslr_batch_requests_{}{{kind="clips"}}'
+        assert _metric(metrics, clips.format("sum")) > _metric(metrics, clips.format("count"))
         assert _metric(metrics, 'qaslr_queue_seconds_count{queue="admission"}') == 4
         assert _metric(metrics, 'qaslr_queue_seconds_count{queue="heavy"}') >= 1
+        # their queries, and the source frames of their top moments, in shared calls of their own
+        for kind in ("queries", "images"):
+            calls, searches = (
+                _metric(metrics, f'qaslr_batch_requests_{s}{{kind="{kind}"}}') for s in ("count", "sum")
+            )
+            assert 1 <= calls < searches <= 4
+        assert _metric(metrics, 'qaslr_batch_clips_sum{kind="queries"}') == 4
+        for r in answers:
+            t = r.json()["timings_ms"]
+            assert t["query_queue"] > 0 and t["query_embed"] > 0 and t["refine_queue"] >= 0
+        # a stage-1-only search embeds its own query: it never waits in the batcher
+        r = client.post("/search", json={"query": QUERY, "mode": "indexed"})
+        assert r.status_code == 200 and r.json()["timings_ms"]["query_queue"] == 0
+        assert _metric(client.get("/metrics").text, 'qaslr_batch_clips_sum{kind="queries"}') == 4
 
 
 def test_batching_off_is_the_single_model_thread(make_settings):
@@ -74,5 +89,7 @@ def test_a_client_that_goes_away_stops_its_search(make_settings):
         while 'qaslr_rejected_total{reason="cancelled"} 1.0' not in client.get("/metrics").text:
             assert time.monotonic() < deadline, "the abandoned search was not stopped"
             time.sleep(0.05)
-        assert _metric(client.get("/metrics").text, "qaslr_batch_clips_count") == 0  # never encoded
+        assert (
+            _metric(client.get("/metrics").text, 'qaslr_batch_clips_count{kind="clips"}') == 0
+        )  # never encoded
         assert client.post("/search", json={"query": QUERY, "mode": "indexed"}).status_code == 200
