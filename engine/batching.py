@@ -17,9 +17,11 @@ A clip costs its frames of the budget; a query or an image costs one. The rules:
   ``max_wait_s``, or as soon as no other search could join it: with ``peers`` (the number of
   searches running, engine.worker's ``ModelWorker.running``), once every running search is in
   the batcher (waiting, or in a running batch). A lone request never waits, and under load the
-  batch takes everyone who is about to come; larger calls cost less per frame and hold the
-  interpreter lock for less of their time (``benchmarks/bench_load.py``);
-- it takes clips FIFO by request (the oldest request's clips first, then the next request's, until
+  batch takes everyone who is about to come: on a CPU, larger calls are what let two batcher
+  threads run side by side past the interpreter lock (``benchmarks/bench_backbone_threads.py``);
+- the kinds go in the order of :data:`KIND_ORDER` (a search's refine frames, then queries, then the
+  heavy tier's clips), so cheap work never waits behind another search's heavy encodes;
+- within a kind it takes clips FIFO by request (the oldest request's clips first, then the next request's, until
   ``max_frames``): a request's clips are never passed over by later requests', so none starves;
   a request larger than the budget is split over consecutive batches;
 - only work of one kind, encoder and early-exit policy shares a call; within a call the items are
@@ -34,8 +36,8 @@ A clip costs its frames of the budget; a query or an image costs one. The rules:
   dropped before they reach the backbone; its caller gets :class:`EncodeCancelled`;
 - on Linux the batcher threads run at a lower CPU priority (``nice`` added to their nice value,
   default :data:`DEFAULT_NICE`; the engine's ``batch_nice``, QASLR_BATCH_NICE), set before their first torch op so that any
-  OpenMP threads they start inherit it: on a CPU, cheap work (query embedding, stage 1, the frame
-  tier) on the search threads takes a core from the encodes whenever it needs one, instead of
+  OpenMP threads they start inherit it: on a CPU, cheap work (stage 1, the frame tier, the time
+  head, moments) on the search threads takes a core from the encodes whenever it needs one, instead of
   sharing it with them (``benchmarks/bench_load.py``: stage-1 p95 under rerank load).
 
 Scores do not depend on batching: every clip is encoded as it would be alone (the backbone batches
@@ -75,6 +77,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_NICE = BATCH_NICE  # added to the batcher threads' nice value (Linux; 0: none)
 CLIPS, QUERIES, IMAGES = "clips", "queries", "images"  # the kinds of work (see the module doc)
+# which kind goes first when several wait: the frames that finish a search, then the queries that
+# start one, then the heavy tier's clips (cheap work never waits behind expensive work)
+KIND_ORDER = {IMAGES: 0, QUERIES: 1, CLIPS: 2}
 
 
 class EncodeCancelled(RuntimeError):
@@ -92,7 +97,7 @@ class BatchStats:
     kind: str = CLIPS
 
 
-@dataclass
+@dataclass(eq=False)  # a ticket is itself: the queue finds and removes it by identity
 class EncodeTicket:
     """One request's work in the batcher: ``videos`` holds its items (clips; the frames of
     ``images``; the texts of ``queries``). ``queue_s``: from submission to the first batch that
@@ -335,7 +340,7 @@ class EncodeBatcher:
                 if not self._queue:
                     self._cond.wait(0.1)
                     continue
-                head = self._queue[0]
+                head = min(self._queue, key=lambda t: KIND_ORDER[t.kind])  # the first of the cheapest kind
                 wait = head.submitted + self.max_wait_s - time.perf_counter()
                 if wait > 0 and self._waiting_frames(head.key) < self.max_frames and self._others_may_join():
                     self._cond.wait(wait)
@@ -367,7 +372,16 @@ class EncodeBatcher:
     def _loop(self) -> None:
         lower_thread_priority(self.nice)  # before this thread's first torch op (see the module doc)
         while True:
-            pieces = self._take()
+            try:
+                pieces = self._take()
+            except Exception as exc:  # a broken queue fails its waiting requests rather than hang them
+                logger.exception("the batcher could not take a batch")
+                with self._cond:
+                    for t in list(self._queue):
+                        self._fail(t, exc)
+                    self._queue.clear()
+                    self._queued_clips = 0
+                continue
             if pieces is None:
                 return
             pieces = [(t, pos) for t, pos in pieces if not t.done.is_set()]

@@ -129,6 +129,40 @@ def test_queries_and_images_of_concurrent_requests_share_calls_of_their_own_kind
         assert clock.timings["r_wait"] > 0 and clock.timings["refine"] == -clock.timings["r_wait"]
 
 
+def test_refine_frames_and_queries_go_before_clips_that_wait():
+    log = []
+
+    class Logged(FakeBackbone):
+        def encode(self, videos, **kwargs):
+            log.append("clips")
+            time.sleep(0.2 if len(log) == 1 else 0.0)
+            return [SimpleNamespace(final=torch.tensor(0.0)) for _ in videos]
+
+        def embed_queries(self, texts):
+            log.append("queries")
+            return super().embed_queries(texts)
+
+        def embed_images(self, frames):
+            log.append("images")
+            return super().embed_images(frames)
+
+    model = Logged()
+    batcher = EncodeBatcher(max_wait_s=0.0, max_frames=1000)
+    try:
+        busy = batcher.submit(model, [clip(4, 1)])
+        time.sleep(0.05)  # the only worker encodes ``busy``; meanwhile three searches queue work
+        later = [
+            batcher.submit(model, [clip(4, 2)]),
+            batcher.submit(model, ["a red square"], kind="queries"),
+            batcher.submit(model, [np.zeros((4, 4, 3), np.uint8)], kind="images"),
+        ]
+        for ticket in [busy, *later]:
+            ticket.wait()
+    finally:
+        batcher.close()
+    assert log == ["clips", "images", "queries", "clips"]
+
+
 def test_a_batch_starts_once_every_running_search_is_in_it():
     enc = FakeEncoder()
     running = [1]
@@ -202,6 +236,24 @@ def test_cancelled_or_expired_requests_are_dropped_before_the_backbone():
     finally:
         batcher.close()
     assert enc.calls == [[4]]
+
+
+def test_a_request_dropped_from_behind_another_leaves_the_batcher_running():
+    enc = FakeEncoder(delay=0.2)
+    batcher = EncodeBatcher(max_wait_s=0.0, max_frames=4)
+    try:
+        busy = batcher.submit(enc, [clip(4, 1)])
+        time.sleep(0.05)
+        waiting = batcher.submit(enc, [clip(4, 2)])
+        gone = threading.Event()
+        dropped = batcher.submit(enc, [clip(4, 3)], cancelled=gone.is_set)  # queued behind ``waiting``
+        gone.set()
+        with pytest.raises(EncodeCancelled):
+            dropped.wait()
+        assert [int(e.final) for e in waiting.wait()] == [2] and busy.done.is_set()
+        assert [int(e.final) for e in batcher.encode(enc, [clip(4, 4)])[0]] == [4]  # and it goes on
+    finally:
+        batcher.close()
 
 
 def test_the_batcher_queue_is_bounded():
