@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from engine.batching import IMAGES
 from engine.frames import FrameSource, FrameStats
 from engine.moments import RelevanceRun, duration_of
 
@@ -24,18 +25,16 @@ class MomentRefiner:
         self.backbone = backbone
         self.frames = frames
         self.per_edge = int(per_edge)
-        self.batcher = (
-            batcher  # engine.batching.EncodeBatcher shared by concurrent searches (None: embed here)
-        )
+        # engine.batching.EncodeBatcher shared by concurrent searches (None: embed here)
+        self.batcher = batcher
 
     def _embed(self, frames: list, clock) -> torch.Tensor:
         """[B, d] for the source frames: in a backbone call shared with other searches' frames when
         there is a batcher (its wait booked as ``refine_queue``, the work left in ``refine``)."""
         if self.batcher is None or clock is None:
             return self.backbone.embed_images(frames)
-        kind = "images"  # engine.batching.IMAGES
         return torch.stack(
-            self.batcher.run(clock, self.backbone, frames, kind=kind, queue="refine_queue", inside="refine")
+            self.batcher.run(clock, self.backbone, frames, kind=IMAGES, queue="refine_queue", inside="refine")
         )
 
     def _gap(self, lo: int, hi: int) -> np.ndarray:

@@ -38,6 +38,7 @@ from core.config import (
     SearchMode,
     Sources,
 )
+from engine.batching import QUERIES
 from engine.cache import FrameCache
 from engine.clock import DeadlineExceeded, SearchCancelled, StageClock
 from engine.frames import FrameSource, FrameStats
@@ -401,9 +402,8 @@ class Searcher:
             with clock.stage("query_embed"):
                 images = None if p.image is None else [p.image]
                 return self.encoder.embed_queries([text], images=images).float()
-        kind = "queries"  # engine.batching.QUERIES
         (q,) = self.batcher.run(
-            clock, self.encoder, [text], kind=kind, queue="query_queue", compute="query_embed"
+            clock, self.encoder, [text], kind=QUERIES, queue="query_queue", compute="query_embed"
         )
         return q.float()[None]
 
