@@ -61,13 +61,13 @@ from core.config import BATCH_NICE
 from engine.worker import QueueFull, lower_thread_priority, off_the_cpu
 
 __all__ = [
-    "IMAGES",
-    "QUERIES",
     "BatchStats",
     "CLIPS",
     "EncodeBatcher",
     "EncodeCancelled",
     "EncodeTicket",
+    "IMAGES",
+    "QUERIES",
     "auto_workers",
     "lower_thread_priority",
     "serialize_processor",
@@ -99,13 +99,13 @@ class BatchStats:
 
 @dataclass(eq=False)  # a ticket is itself: the queue finds and removes it by identity
 class EncodeTicket:
-    """One request's work in the batcher: ``videos`` holds its items (clips; the frames of
-    ``images``; the texts of ``queries``). ``queue_s``: from submission to the first batch that
+    """One request's work in the batcher: its ``items`` (clips; the frames of ``images``; the texts
+    of ``queries``). ``queue_s``: from submission to the first batch that
     took its clips; ``compute_s``: the wall time of the batches its clips were in (what it waited on
     while they ran); ``head_s``: its share of their streaming-head time."""
 
     encoder: object
-    videos: list
+    items: list
     texts: list | None
     queries: torch.Tensor | None
     exit_policy: object
@@ -114,7 +114,7 @@ class EncodeTicket:
     kind: str = CLIPS
     submitted: float = field(default_factory=time.perf_counter)
     results: list = field(default_factory=list)
-    taken: int = 0  # videos handed to a batch so far (FIFO within the request)
+    taken: int = 0  # items handed to a batch so far (FIFO within the request)
     finished: int = 0
     queue_s: float | None = None
     compute_s: float = 0.0
@@ -123,7 +123,7 @@ class EncodeTicket:
     done: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        self.results = [None] * len(self.videos)
+        self.results = [None] * len(self.items)
 
     @property
     def key(self) -> tuple:
@@ -137,11 +137,11 @@ class EncodeTicket:
 
     def cost(self, i: int) -> int:
         """What item ``i`` takes of a batch's frame budget: a clip its frames, anything else one."""
-        return len(self.videos[i].frames) if self.kind == CLIPS else 1
+        return len(self.items[i].frames) if self.kind == CLIPS else 1
 
     def order_key(self, i: int) -> tuple:
         """Like shapes together: a clip's (frame shape, length), an image's shape, a text's length."""
-        item = self.videos[i]
+        item = self.items[i]
         if self.kind == CLIPS:
             return (tuple(item.frames.shape[1:]), len(item.frames))
         if self.kind == IMAGES:
@@ -201,7 +201,7 @@ class EncodeBatcher:
     def submit(
         self,
         encoder,
-        videos: Sequence,
+        items: Sequence,
         *,
         texts: Sequence | None = None,
         queries: torch.Tensor | None = None,
@@ -210,13 +210,13 @@ class EncodeBatcher:
         deadline: float | None = None,
         kind: str = CLIPS,
     ) -> EncodeTicket:
-        """Queue ``videos`` (the items of ``kind``: clips, image frames, or query texts) for
+        """Queue ``items`` (of ``kind``: clips, image frames, or query texts) for
         ``encoder`` (a VideoEncoder; for ``images``, a Backbone)."""
         if kind not in (CLIPS, QUERIES, IMAGES):
             raise ValueError(f"unknown kind of batched work {kind!r}")
         ticket = EncodeTicket(
             encoder,
-            list(videos),
+            list(items),
             None if texts is None else list(texts),
             queries,
             exit_policy,
@@ -224,16 +224,16 @@ class EncodeBatcher:
             deadline,
             kind,
         )
-        if not ticket.videos:
+        if not ticket.items:
             ticket.done.set()
             return ticket
         with self._cond:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
-            if self._queued_clips + len(ticket.videos) > self.max_queued and self._queue:
+            if self._queued_clips + len(ticket.items) > self.max_queued and self._queue:
                 raise QueueFull(f"{self._queued_clips} clips wait for the backbone (bound {self.max_queued})")
             self._queue.append(ticket)
-            self._queued_clips += len(ticket.videos)
+            self._queued_clips += len(ticket.items)
             self._inside += 1
             self._cond.notify_all()
         return ticket
@@ -246,16 +246,11 @@ class EncodeBatcher:
 
     def _others_may_join(self) -> bool:
         """Whether a running search that is not in the batcher could still hand it work."""
-        if self.peers is None:
-            return True
-        try:
-            return self.peers() > self._inside
-        except Exception:  # an observer's failure must not stall the batcher
-            return True
+        return self.peers is None or self.peers() > self._inside
 
-    def encode(self, encoder, videos, **kwargs) -> tuple[list, EncodeTicket]:
+    def encode(self, encoder, items, **kwargs) -> tuple[list, EncodeTicket]:
         """Submit and wait: (embeddings, the ticket with its timings)."""
-        ticket = self.submit(encoder, videos, **kwargs)
+        ticket = self.submit(encoder, items, **kwargs)
         return ticket.wait(), ticket
 
     def run(
@@ -324,11 +319,11 @@ class EncodeBatcher:
     def _drop_expired(self) -> None:
         for t in [t for t in self._queue if t.expired()]:
             self._queue.remove(t)
-            self._queued_clips -= len(t.videos) - t.taken
+            self._queued_clips -= len(t.items) - t.taken
             self._fail(t, EncodeCancelled("the request was cancelled or its deadline passed"))
 
     def _waiting_frames(self, key) -> int:
-        return sum(t.cost(i) for t in self._queue if t.key == key for i in range(t.taken, len(t.videos)))
+        return sum(t.cost(i) for t in self._queue if t.key == key for i in range(t.taken, len(t.items)))
 
     def _take(self) -> list[tuple[EncodeTicket, list[int]]] | None:
         """Wait for work; the next batch as (ticket, video positions) pieces, FIFO by request."""
@@ -351,7 +346,7 @@ class EncodeBatcher:
                 if t.key != key:
                     continue
                 positions = []
-                while t.taken < len(t.videos):
+                while t.taken < len(t.items):
                     n = t.cost(t.taken)
                     if (pieces or positions) and n > budget:
                         break
@@ -363,9 +358,9 @@ class EncodeBatcher:
                     self._queued_clips -= len(positions)
                     if t.queue_s is None:
                         t.queue_s = time.perf_counter() - t.submitted
-                if t.taken == len(t.videos):
+                if t.taken == len(t.items):
                     self._queue.remove(t)
-                if budget <= 0 or t.taken < len(t.videos):
+                if budget <= 0 or t.taken < len(t.items):
                     break  # the budget is spent: later requests wait for the next batch (FIFO)
             return pieces
 
@@ -389,54 +384,55 @@ class EncodeBatcher:
                 self._run(pieces)
 
     def _run(self, pieces: list[tuple[EncodeTicket, list[int]]]) -> None:
-        items = [(t, i) for t, pos in pieces for i in pos]
-        # like shapes together, stable so that a request's items keep their order
-        order = sorted(range(len(items)), key=lambda k: items[k][0].order_key(items[k][1]))
-        first = items[0][0]
-        videos = [items[k][0].videos[items[k][1]] for k in order]
+        # (ticket, position) of every item, like shapes together: stable, so that a request's items
+        # keep their order
+        slots = sorted(((t, i) for t, pos in pieces for i in pos), key=lambda s: s[0].order_key(s[1]))
+        first = slots[0][0]
+        batch = [t.items[i] for t, i in slots]
         encoder = first.encoder
         head_before = getattr(encoder, "head_seconds", 0.0)
         t0 = time.perf_counter()
         try:
-            out = self._call(first, encoder, videos, [items[k] for k in order])
+            out = self._call(first, batch, slots)
         except BaseException as exc:  # every request in the batch learns why
             logger.exception("a batched encode failed")
             for t, _ in pieces:
                 with self._cond:
                     if t in self._queue:
                         self._queue.remove(t)
-                        self._queued_clips -= len(t.videos) - t.taken
+                        self._queued_clips -= len(t.items) - t.taken
                 self._fail(t, exc)
             return
         seconds = time.perf_counter() - t0
         head = getattr(encoder, "head_seconds", 0.0) - head_before
-        frames = sum(t.cost(i) for t, i in items)
-        for k, emb in zip(order, out, strict=True):
-            t, i = items[k]
+        frames = sum(t.cost(i) for t, i in slots)
+        for (t, i), emb in zip(slots, out, strict=True):
             t.results[i] = emb
         for t, pos in pieces:
             share = sum(t.cost(i) for i in pos) / max(frames, 1)
             t.compute_s += seconds
             t.head_s += head * share
             t.finished += len(pos)
-            if t.finished == len(t.videos):
+            if t.finished == len(t.items):
                 self._finish(t)
         if self.on_batch is not None:
             try:
-                self.on_batch(BatchStats(len(videos), frames, len(pieces), seconds, first.kind))
+                self.on_batch(BatchStats(len(batch), frames, len(pieces), seconds, first.kind))
             except Exception:
                 logger.exception("the batch observer failed")
 
     @staticmethod
-    def _call(first: EncodeTicket, encoder, videos: list, items: list) -> list:
-        """One shared backbone call over ``videos`` (items of ``first``'s kind), one result each."""
+    def _call(first: EncodeTicket, batch: list, slots: list) -> list:
+        """One shared backbone call over ``batch`` (items of ``first``'s kind, each from the
+        (ticket, position) in ``slots``), one result each."""
+        encoder = first.encoder
         if first.kind == QUERIES:
-            return list(encoder.embed_queries(videos))
+            return list(encoder.embed_queries(batch))
         if first.kind == IMAGES:
-            return list(encoder.embed_images(videos))
-        texts = None if first.texts is None else [t.texts[i] for t, i in items]
-        queries = None if first.queries is None else torch.stack([t.queries[i] for t, i in items])
-        return encoder.encode(videos, texts=texts, queries=queries, exit_policy=first.exit_policy)
+            return list(encoder.embed_images(batch))
+        texts = None if first.texts is None else [t.texts[i] for t, i in slots]
+        queries = None if first.queries is None else torch.stack([t.queries[i] for t, i in slots])
+        return encoder.encode(batch, texts=texts, queries=queries, exit_policy=first.exit_policy)
 
 
 def auto_workers(device) -> int:

@@ -38,7 +38,7 @@ from core.config import (
     SearchMode,
     Sources,
 )
-from engine.batching import QUERIES
+from engine.batching import QUERIES, serialize_processor
 from engine.cache import FrameCache
 from engine.clock import DeadlineExceeded, SearchCancelled, StageClock
 from engine.frames import FrameSource, FrameStats
@@ -193,8 +193,6 @@ class Searcher:
             self.short_reranker.batcher = batcher
         self._faiss_lock = threading.Lock()  # a GPU FAISS index is not safe to search from two threads
         if batcher is not None:
-            from engine.batching import serialize_processor
-
             serialize_processor(getattr(encoder, "backbone", None))
         self.frame_tier = FrameTier(index, aggregate=config.frame_aggregate)
         self.time_tier = None if time_head is None else TimeTier(index, encoder, time_head)
