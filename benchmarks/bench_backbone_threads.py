@@ -1,6 +1,6 @@
 """How a backbone call's cost falls with its batch, and how far two threads run side by side.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_backbone_threads.py [--sizes 1 16 64] [--calls 12] [--json out.json]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_backbone_threads.py [--sizes 1 8 16 64] [--calls 12] [--json out.json]
 
 The batcher (engine.batching) merges the stage-2 backbone work of concurrent searches into shared
 calls on its worker threads. Whether that raises throughput on a CPU depends on two things this
@@ -10,7 +10,8 @@ working size (the refine step's call, engine.refine):
 1. the CPU per image of one call of each ``--sizes`` images, on one thread;
 2. calls per second with one, two and three threads calling at once (each its own batch): above 1x
    for two threads only as far as the call leaves the interpreter lock free (torch ops release it;
-   the Python around them holds it).
+   the Python around them holds it), and at most what the machine's cores give together against
+   one alone (``capacity``, measured before each size: benchmarks/provenance.py).
 
 Nothing is asserted: the numbers are the result.
 """
@@ -32,13 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64], help="images per call")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 16, 64], help="images per call")
     p.add_argument("--calls", type=int, default=12, help="calls per thread per measurement")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     import torch
 
+    from benchmarks.provenance import parallel_capacity
     from models.backbone import load_backbone
     from training.backbone import tiny_world_checkpoint
 
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
                     backbone.embed_images(frames)
 
         work(2)  # warm
-        row = {"images_per_call": size}
+        row = {"images_per_call": size, "capacity": parallel_capacity()["ratio"]}  # the cores, right now
         for threads in args.threads:
             t0 = time.perf_counter()
             pool = [threading.Thread(target=work, args=(args.calls,)) for _ in range(threads)]
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
         rows.append(row)
         cells = "  ".join(f"{t} threads {row[f'calls_per_s_{t}_threads'] / one:.2f}x" for t in args.threads)
         print(f"{size:>4} images per call ({h}x{w}): {1e3 / one:7.1f} ms a call, "
-              f"{row['ms_per_image_1_thread']:.2f} ms an image; {cells}", flush=True)  # fmt: skip
+              f"{row['ms_per_image_1_thread']:.2f} ms an image; {cells} (cores: {row['capacity']:.2f}x)", flush=True)  # fmt: skip
     if args.json:
         from benchmarks.provenance import environment, recorded_args
 

@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -72,6 +73,36 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
     }
+
+
+def _spin(seconds: float) -> float:
+    """Pure-Python work for ``seconds``: loop iterations a second (no lock, no memory traffic)."""
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n / seconds
+
+
+def parallel_capacity(seconds: float = 0.75, rounds: int = 3, processes: int | None = None) -> dict:
+    """How much more work this machine's cores do together than one alone: ``processes`` (default:
+    the usable cores) busy processes at once against one alone, as the ratio of their summed loop
+    rates (``rounds`` times, one then all; the median, and the range). Cores that are really cores
+    give about their count; shared or throttled virtual CPUs give less, and that bounds every
+    "N clients against one" ratio measured on the machine at that time."""
+    import multiprocessing
+    import statistics
+
+    n = processes or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    ctx = multiprocessing.get_context("spawn")  # no state of the caller's threads in the children
+    ratios = []
+    with ctx.Pool(n) as pool:
+        pool.map(_spin, [0.05] * n, chunksize=1)  # the workers started and warm
+        for _ in range(rounds):
+            one = pool.apply(_spin, (seconds,))
+            together = sum(pool.map(_spin, [seconds] * n, chunksize=1))
+            ratios.append(together / one if one else float("nan"))
+    return {"processes": n, "ratio": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 def recorded_args(args) -> dict:

@@ -30,6 +30,12 @@ A clip costs its frames of the budget; a query or an image costs one. The rules:
 - ``workers`` threads take batches from the one queue (one on a GPU; on a CPU, as many as the
   cores allow beside torch's own threads: a batch runs while the next one forms); with several,
   a streaming head's time (``head_s``) is shared out approximately;
+- what waits is shared out among the workers that are free to take it: a worker takes its even
+  share of the waiting frames of the batch's kind (at least ``min_split``), and the next free
+  worker takes the rest at once. On a CPU a call's cost grows with its images (no saving from one
+  large call), while two calls run side by side on two cores at 1.6-1.8x
+  (``benchmarks/bench_backbone_threads.py``): when every running search hands its work over at
+  once, one batch on one worker would leave the other core idle;
 - the queue is bounded (``max_queued`` clips waiting): beyond it :meth:`submit` raises
   :class:`engine.worker.QueueFull` (HTTP 429);
 - a request that is cancelled (its client went away) or whose deadline passed has its waiting clips
@@ -80,6 +86,10 @@ CLIPS, QUERIES, IMAGES = "clips", "queries", "images"  # the kinds of work (see 
 # which kind goes first when several wait: the frames that finish a search, then the queries that
 # start one, then the heavy tier's clips (cheap work never waits behind expensive work)
 KIND_ORDER = {IMAGES: 0, QUERIES: 1, CLIPS: 2}
+# the smallest share of a batch worth a call of its own on another worker: on a CPU an image costs
+# the same from 8 images a call on, and one image a call costs three times that
+# (benchmarks/bench_backbone_threads.py)
+MIN_SPLIT_FRAMES = 8
 
 
 class EncodeCancelled(RuntimeError):
@@ -118,6 +128,7 @@ class EncodeTicket:
     finished: int = 0
     queue_s: float | None = None
     compute_s: float = 0.0
+    busy_until: float = 0.0  # when the last of its batches so far ended (perf_counter)
     head_s: float = 0.0
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -174,6 +185,7 @@ class EncodeBatcher:
         on_batch: Callable[[BatchStats], None] | None = None,
         nice: int = DEFAULT_NICE,
         peers: Callable[[], int] | None = None,
+        min_split: int = MIN_SPLIT_FRAMES,
     ):
         self.max_wait_s = float(max_wait_s)
         self.nice = min(19, max(0, int(nice)))
@@ -182,6 +194,8 @@ class EncodeBatcher:
         self.workers = max(1, int(workers))
         self.on_batch = on_batch
         self.peers = peers  # () -> searches that may hand work here; None: always wait max_wait_s
+        self.min_split = max(1, int(min_split))
+        self._free = 0  # workers waiting in _take for a batch (free to run one)
         self._inside = 0  # tickets submitted and not done (waiting, or in a running batch)
         self._queue: deque[EncodeTicket] = deque()
         self._queued_clips = 0
@@ -328,41 +342,54 @@ class EncodeBatcher:
     def _take(self) -> list[tuple[EncodeTicket, list[int]]] | None:
         """Wait for work; the next batch as (ticket, video positions) pieces, FIFO by request."""
         with self._cond:
-            while True:
-                if self._closed:
-                    return None
-                self._drop_expired()
-                if not self._queue:
-                    self._cond.wait(0.1)
-                    continue
-                head = min(self._queue, key=lambda t: KIND_ORDER[t.kind])  # the first of the cheapest kind
-                wait = head.submitted + self.max_wait_s - time.perf_counter()
-                if wait > 0 and self._waiting_frames(head.key) < self.max_frames and self._others_may_join():
-                    self._cond.wait(wait)
-                    continue
-                break
-            key, budget, pieces = head.key, self.max_frames, []
-            for t in list(self._queue):
-                if t.key != key:
-                    continue
-                positions = []
-                while t.taken < len(t.items):
-                    n = t.cost(t.taken)
-                    if (pieces or positions) and n > budget:
-                        break
-                    positions.append(t.taken)
-                    t.taken += 1
-                    budget -= n
-                if positions:
-                    pieces.append((t, positions))
-                    self._queued_clips -= len(positions)
-                    if t.queue_s is None:
-                        t.queue_s = time.perf_counter() - t.submitted
-                if t.taken == len(t.items):
-                    self._queue.remove(t)
-                if budget <= 0 or t.taken < len(t.items):
-                    break  # the budget is spent: later requests wait for the next batch (FIFO)
-            return pieces
+            self._free += 1
+            try:
+                return self._take_locked()
+            finally:
+                self._free -= 1
+                if self._queue:
+                    self._cond.notify_all()  # what this batch left goes to the next free worker
+
+    def _take_locked(self) -> list[tuple[EncodeTicket, list[int]]] | None:
+        """:meth:`_take` with the lock held (counted among the free workers)."""
+        while True:
+            if self._closed:
+                return None
+            self._drop_expired()
+            if not self._queue:
+                self._cond.wait(0.1)
+                continue
+            head = min(self._queue, key=lambda t: KIND_ORDER[t.kind])  # the first of the cheapest kind
+            wait = head.submitted + self.max_wait_s - time.perf_counter()
+            if wait > 0 and self._waiting_frames(head.key) < self.max_frames and self._others_may_join():
+                self._cond.wait(wait)
+                continue
+            break
+        key, pieces = head.key, []
+        # this worker's even share of what waits, with the other free workers (see the module doc)
+        share = -(-self._waiting_frames(key) // max(1, self._free))
+        budget = min(self.max_frames, max(self.min_split, share))
+        for t in list(self._queue):
+            if t.key != key:
+                continue
+            positions = []
+            while t.taken < len(t.items):
+                n = t.cost(t.taken)
+                if (pieces or positions) and n > budget:
+                    break
+                positions.append(t.taken)
+                t.taken += 1
+                budget -= n
+            if positions:
+                pieces.append((t, positions))
+                self._queued_clips -= len(positions)
+                if t.queue_s is None:
+                    t.queue_s = time.perf_counter() - t.submitted
+            if t.taken == len(t.items):
+                self._queue.remove(t)
+            if budget <= 0 or t.taken < len(t.items):
+                break  # the budget is spent: later requests wait for the next batch (FIFO)
+        return pieces
 
     def _loop(self) -> None:
         lower_thread_priority(self.nice)  # before this thread's first torch op (see the module doc)
@@ -408,13 +435,15 @@ class EncodeBatcher:
         frames = sum(t.cost(i) for t, i in slots)
         for (t, i), emb in zip(slots, out, strict=True):
             t.results[i] = emb
-        for t, pos in pieces:
-            share = sum(t.cost(i) for i in pos) / max(frames, 1)
-            t.compute_s += seconds
-            t.head_s += head * share
-            t.finished += len(pos)
-            if t.finished == len(t.items):
-                self._finish(t)
+        with self._cond:  # another worker may be finishing other pieces of the same requests
+            for t, pos in pieces:
+                share = sum(t.cost(i) for i in pos) / max(frames, 1)
+                t.compute_s += max(0.0, t0 + seconds - max(t0, t.busy_until))  # overlapping batches once
+                t.busy_until = max(t.busy_until, t0 + seconds)
+                t.head_s += head * share
+                t.finished += len(pos)
+                if t.finished == len(t.items):
+                    self._finish(t)
         if self.on_batch is not None:
             try:
                 self.on_batch(BatchStats(len(batch), frames, len(pieces), seconds, first.kind))

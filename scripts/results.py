@@ -298,8 +298,9 @@ def generic_section(title: str, script: str, data: dict) -> list[str]:
         out += ["| " + " | ".join(keys) + " |", "|---|" + "---|" * (len(keys) - 1)]
         for row in rows:
             out.append("| " + " | ".join(_cell(row.get(k)) for k in keys) + " |")
+    notes = [f"- {note}" for note in data.get("notes") or []]
     env = environment_line(data)
-    return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
+    return [*out, "", *([*notes, ""] if notes else []), *([f"Environment: {env}.", ""] if env else [])]
 
 
 def storage_section(data: dict) -> list[str]:

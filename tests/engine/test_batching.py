@@ -218,6 +218,38 @@ def test_a_batch_holds_at_most_the_budget_and_takes_requests_fifo():
     assert enc.calls == [[4, 4], [4, 4], [4, 4], [4]]
 
 
+class SlowBackbone(FakeBackbone):
+    """embed_images takes ``delay`` and records when it ran, on which thread."""
+
+    def __init__(self, delay: float):
+        super().__init__()
+        self.delay, self.spans = delay, []
+
+    def embed_images(self, frames):
+        t0 = time.monotonic()
+        time.sleep(self.delay)
+        self.spans.append((threading.current_thread().name, t0, time.monotonic()))
+        return super().embed_images(frames)
+
+
+def test_a_batch_is_shared_out_among_free_workers_and_runs_side_by_side():
+    model = SlowBackbone(delay=0.3)
+    batcher = EncodeBatcher(max_wait_s=5.0, max_frames=128, workers=2, peers=lambda: 1)
+    images = [np.full((4, 4, 3), i, np.uint8) for i in range(16)]
+    try:
+        out, ticket = batcher.encode(model, images, kind="images")
+        small, _ = batcher.encode(model, images[:6], kind="images")  # below two shares of min_split
+    finally:
+        batcher.close()
+    assert [float(e[0]) for e in out] == [float(i) for i in range(16)]  # every result in its place
+    assert [float(e[0]) for e in small] == [float(i) for i in range(6)]
+    sizes = [len(items) for _, items in model.calls]
+    assert sorted(sizes[:2]) == [8, 8] and sizes[2:] == [6]  # even shares; a small batch stays whole
+    (a, s0, e0), (b, s1, e1) = model.spans[:2]
+    assert a != b and max(s0, s1) < min(e0, e1)  # two workers, at the same time
+    assert ticket.compute_s < 0.55  # the overlapping batches' wall time, counted once
+
+
 def test_cancelled_or_expired_requests_are_dropped_before_the_backbone():
     enc = FakeEncoder(delay=0.3)
     batcher = EncodeBatcher(max_wait_s=0.0, max_frames=4)
