@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
         [--requests 32] [--cascade-requests 160] [--cap-s 45] [--shortlist 10] [--frames 32] [--stage1-requests 60]
-        [--servers single batched [batched-search-nice-0]] [--workdir DIR] [--json out.json]
+        [--servers single batched batched-one-process [batched-search-nice-0]] [--workdir DIR] [--json out.json]
 
 What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
 one-shot with the shipped tiny-world backbone (``indexer build``), then starts ``qaslr serve`` on
@@ -11,7 +11,11 @@ one-shot with the shipped tiny-world backbone (``indexer build``), then starts `
     single          ``QASLR_BATCHING=0``: the old behaviour, one model thread runs every search whole
     batched         ``QASLR_BATCHING=1``: request threads run the cheap stages, batcher threads run the
                     stage-2 backbone work of all requests (heavy-tier clips, queries, the frames that
-                    refine the top moment) in shared backbone calls
+                    refine the top moment) in shared backbone calls; the server's default, so on a
+                    CPU of 2+ cores each batcher thread has a model process of its own for the
+                    query and image calls (engine.model_process)
+    batched-one-process  the same with ``QASLR_MODEL_PROCESSES=0``: every backbone call in the server
+                    process (what the model processes buy)
     batched-search-nice-0  (only when asked) the same with ``QASLR_SEARCH_NICE=0``: its search threads
                     at the light lane's CPU priority, beside the default +5
 
@@ -32,8 +36,8 @@ For each server and workload:
 2. stage 1 alone: ``--stage1-requests`` ``mode=indexed`` requests one at a time, p50/p95;
 3. stage 1 under load: the same while ``--load-clients`` rerank clients run; p95 and its ratio to (2).
 
-Each level also records the CPU it cost (Linux ``/proc``): the server's CPU seconds per answered
-request (the work a request costs, whatever else runs), the cores the server used, and the cores
+Each level also records the CPU it cost (Linux ``/proc``): the server's CPU seconds (its model
+processes' included) per answered request (the work a request costs, whatever else runs), the cores the server used, and the cores
 that other processes on the machine used meanwhile (``other_cores``: a busy machine makes every
 number here worse, so read the throughput beside it). Before each level, with the server idle, it
 measures what the machine's cores give together against one alone (``capacity``,
@@ -122,19 +126,34 @@ def _post(client, body: dict) -> tuple[int, float, dict | None]:
 
 
 class CpuMeter:
-    """CPU seconds used over an interval: by the server process (all its threads), by this process
+    """CPU seconds used over an interval: by the server (all its threads, and its model processes), by this process
     (the clients), and by the whole machine (``/proc/stat``); zeros where ``/proc`` is missing."""
 
     def __init__(self, pid: int | None):
         self.pid = pid
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+    def _family(self) -> float:
+        """CPU seconds of the server and its child processes (its model processes, engine.model_process):
+        the live children's own time, and the time of children it has waited for."""
+        total = 0.0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            pid = int(stat.parent.name)
+            if pid == self.pid:
+                total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+            elif int(fields[1]) == self.pid:  # its ppid
+                total += int(fields[11]) + int(fields[12])
+        return total / self.tick
+
     def read(self) -> tuple[float, float, float]:
         server = machine = 0.0
         try:
             if self.pid is not None:
-                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                server = (int(fields[11]) + int(fields[12])) / self.tick
+                server = self._family()
             cpu = Path("/proc/stat").read_text().partition("\n")[0].split()[1:]
             busy = [int(cpu[i]) for i in (0, 1, 2, 5, 6)]  # user, nice, system, irq, softirq
             machine = sum(busy) / self.tick
@@ -256,6 +275,7 @@ def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: fl
 SERVERS = {  # name -> the server's environment beside the common one
     "single": {"QASLR_BATCHING": "0"},
     "batched": {"QASLR_BATCHING": "1"},
+    "batched-one-process": {"QASLR_BATCHING": "1", "QASLR_MODEL_PROCESSES": "0"},
     "batched-search-nice-0": {"QASLR_BATCHING": "1", "QASLR_SEARCH_NICE": "0"},
 }
 
@@ -323,9 +343,10 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=32, help="K'")
     p.add_argument("--queue-size", type=int, default=32, help="QASLR_QUEUE_SIZE (above the clients: no 429)")
     p.add_argument(
-        "--servers", nargs="+", choices=list(SERVERS), default=["single", "batched"],
-        help="servers to run, in one run: the old single worker, the batched one, and the batched one with its "
-        "search threads at the light lane's priority (QASLR_SEARCH_NICE=0: what the search-thread nice buys)",
+        "--servers", nargs="+", choices=list(SERVERS), default=["single", "batched", "batched-one-process"],
+        help="servers to run, in one run: the old single worker, the batched one (the default server), the "
+        "batched one without model processes, and the batched one with its search threads at the light lane's "
+        "priority (QASLR_SEARCH_NICE=0: what the search-thread nice buys)",
     )  # fmt: skip
     p.add_argument("--workloads", nargs="+", choices=["every", "cascade"], default=["every", "cascade"],
                    help="every candidate re-encoded, and/or the default cascade (see above)")  # fmt: skip

@@ -36,6 +36,9 @@ A clip costs its frames of the budget; a query or an image costs one. The rules:
   large call), while two calls run side by side on two cores at 1.6-1.8x
   (``benchmarks/bench_backbone_threads.py``): when every running search hands its work over at
   once, one batch on one worker would leave the other core idle;
+- with ``backends`` (engine.model_process: one model process per worker, the default on a CPU of
+  two or more cores), a worker runs its batches of queries and images in its own process, past this
+  process's interpreter lock; clips stay on the worker thread;
 - the queue is bounded (``max_queued`` clips waiting): beyond it :meth:`submit` raises
   :class:`engine.worker.QueueFull` (HTTP 429);
 - a request that is cancelled (its client went away) or whose deadline passed has its waiting clips
@@ -186,12 +189,15 @@ class EncodeBatcher:
         nice: int = DEFAULT_NICE,
         peers: Callable[[], int] | None = None,
         min_split: int = MIN_SPLIT_FRAMES,
+        backends: Sequence | None = None,
     ):
         self.max_wait_s = float(max_wait_s)
         self.nice = min(19, max(0, int(nice)))
         self.max_frames = max(1, int(max_frames))
         self.max_queued = int(max_queued)
-        self.workers = max(1, int(workers))
+        # engine.model_process.ModelProcess per worker: its query and image calls run there
+        self.backends = list(backends or [])
+        self.workers = len(self.backends) or max(1, int(workers))
         self.on_batch = on_batch
         self.peers = peers  # () -> searches that may hand work here; None: always wait max_wait_s
         self.min_split = max(1, int(min_split))
@@ -202,7 +208,12 @@ class EncodeBatcher:
         self._cond = threading.Condition()
         self._closed = False
         self._threads = [
-            threading.Thread(target=self._loop, name=f"qaslr-batcher-{i}", daemon=True)
+            threading.Thread(
+                target=self._loop,
+                args=(self.backends[i] if self.backends else None,),
+                name=f"qaslr-batcher-{i}",
+                daemon=True,
+            )
             for i in range(self.workers)
         ]
         for thread in self._threads:
@@ -316,6 +327,8 @@ class EncodeBatcher:
             self._queue.clear()
             self._queued_clips = 0
             self._cond.notify_all()
+        for backend in self.backends:
+            backend.close()
 
     # -- the batcher thread ----------------------------------------------------------------------
     def _fail(self, ticket: EncodeTicket, exc: BaseException) -> None:
@@ -391,7 +404,7 @@ class EncodeBatcher:
                 break  # the budget is spent: later requests wait for the next batch (FIFO)
         return pieces
 
-    def _loop(self) -> None:
+    def _loop(self, backend=None) -> None:
         lower_thread_priority(self.nice)  # before this thread's first torch op (see the module doc)
         while True:
             try:
@@ -408,9 +421,9 @@ class EncodeBatcher:
                 return
             pieces = [(t, pos) for t, pos in pieces if not t.done.is_set()]
             if pieces:
-                self._run(pieces)
+                self._run(pieces, backend)
 
-    def _run(self, pieces: list[tuple[EncodeTicket, list[int]]]) -> None:
+    def _run(self, pieces: list[tuple[EncodeTicket, list[int]]], backend=None) -> None:
         # (ticket, position) of every item, like shapes together: stable, so that a request's items
         # keep their order
         slots = sorted(((t, i) for t, pos in pieces for i in pos), key=lambda s: s[0].order_key(s[1]))
@@ -420,7 +433,7 @@ class EncodeBatcher:
         head_before = getattr(encoder, "head_seconds", 0.0)
         t0 = time.perf_counter()
         try:
-            out = self._call(first, batch, slots)
+            out = self._call(first, batch, slots, backend)
         except BaseException as exc:  # every request in the batch learns why
             logger.exception("a batched encode failed")
             for t, _ in pieces:
@@ -451,17 +464,27 @@ class EncodeBatcher:
                 logger.exception("the batch observer failed")
 
     @staticmethod
-    def _call(first: EncodeTicket, batch: list, slots: list) -> list:
+    def _call(first: EncodeTicket, batch: list, slots: list, backend=None) -> list:
         """One shared backbone call over ``batch`` (items of ``first``'s kind, each from the
-        (ticket, position) in ``slots``), one result each."""
+        (ticket, position) in ``slots``), one result each: queries and images in the worker's model
+        process (``backend``) when it holds the encoder's backbone."""
         encoder = first.encoder
         if first.kind == QUERIES:
+            if _holds(backend, getattr(encoder, "backbone", None)):
+                return list(backend.embed_texts(batch, instruction=encoder.instruction))
             return list(encoder.embed_queries(batch))
         if first.kind == IMAGES:
+            if _holds(backend, encoder):
+                return list(backend.embed_images(batch))
             return list(encoder.embed_images(batch))
         texts = None if first.texts is None else [t.texts[i] for t, i in slots]
         queries = None if first.queries is None else torch.stack([t.queries[i] for t, i in slots])
         return encoder.encode(batch, texts=texts, queries=queries, exit_policy=first.exit_policy)
+
+
+def _holds(backend, backbone) -> bool:
+    """Whether ``backend`` (a model process, or None) runs a copy of ``backbone``."""
+    return backend is not None and backend.fingerprint == getattr(backbone, "fingerprint", None)
 
 
 def auto_workers(device) -> int:

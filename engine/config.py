@@ -67,6 +67,9 @@ class EngineConfig:
     batch_max_wait_ms: float = 5.0  # the longest a clip waits in the batcher for others to join it
     batch_max_frames: int = 0  # frames per batched encode call (0: clip_batch_size x the index's L)
     batch_workers: int = 0  # threads running batched encodes (0: 1 on a GPU, the spare cores on a CPU)
+    # with batching: processes of their own that run the batched query and image backbone calls, one
+    # per batcher worker (engine.model_process; -1: auto, one per core on a CPU of 2+ cores, none on a GPU)
+    model_processes: int = -1
     batch_nice: int = (
         BATCH_NICE  # Linux: added to the batcher threads' nice value, so searches' cheap stages go first
     )

@@ -105,8 +105,15 @@ class Engine:
         """Run one search through every stage the default search takes (query embedding, FAISS, the
         frame tier, the heavy tier on one candidate, moment refinement), so the first user's query
         costs what later ones do: the first backbone calls pay for lazy initialisation (the processor,
-        the tokenizer, thread pools, memory). Returns the seconds it took."""
+        the tokenizer, thread pools, memory), and wait for every model process to load and take its
+        first calls. Returns the seconds it took."""
         t0 = time.perf_counter()
+        if self.batcher is not None and self.batcher.backends:  # each one, not just those a search meets
+            import numpy as np
+
+            size = self.encoder.backbone.frame_size
+            for backend in self.batcher.backends:
+                backend.warm_up(np.zeros((size, size, 3), np.uint8))
         if len(self.index) == 0:
             self.encoder.embed_queries([WARM_UP_QUERY])
         else:
@@ -351,7 +358,8 @@ def _training_options(serving: ClipPlan, temporal_patch: int) -> str:
 def make_batcher(config: EngineConfig, clip_len: int, device="cpu", backbone=None) -> EncodeBatcher | None:
     """The stage-2 batcher ``config`` asks for (None with ``batching`` off): at most
     ``batch_max_frames`` frames per call (0: ``clip_batch_size`` clips of the index's ``clip_len``),
-    on ``batch_workers`` threads (0: :func:`engine.batching.auto_workers` for ``device``)."""
+    on ``batch_workers`` threads (0: :func:`engine.batching.auto_workers` for ``device``), or on one
+    thread per model process (``model_processes``, engine.model_process) when there are any."""
     if not config.batching:
         return None
     from engine.batching import EncodeBatcher, auto_workers
@@ -363,9 +371,20 @@ def make_batcher(config: EngineConfig, clip_len: int, device="cpu", backbone=Non
         clips = auto_clip_batch_size(backbone, int(clip_len)) if backbone is not None else CPU_CLIP_BATCH
     frames = config.batch_max_frames or clips * int(clip_len)
     workers = config.batch_workers or auto_workers(device)
+    backends = []
+    count = config.model_processes
+    if count < 0:
+        from engine.model_process import auto_model_processes
+
+        count = auto_model_processes(device) if backbone is not None else 0
+    if count and backbone is not None:
+        from engine.model_process import start_model_processes
+
+        backends = start_model_processes(backbone, str(config.model), count, nice=config.batch_nice)
     return EncodeBatcher(
-        max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers, nice=config.batch_nice
-    )
+        max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers, nice=config.batch_nice,
+        backends=backends,
+    )  # fmt: skip
 
 
 def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
@@ -439,7 +458,11 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
         "min_relevance": MIN_RELEVANCE,
         "batching": None
         if batcher is None
-        else {"workers": batcher.workers, "max_frames": batcher.max_frames},
+        else {
+            "workers": batcher.workers,
+            "max_frames": batcher.max_frames,
+            "model_processes": len(batcher.backends),
+        },
     }
     logger.info("search engine ready: %s", info)
     return Engine(

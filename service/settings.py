@@ -122,6 +122,12 @@ class Settings(BaseSettings):
         description="with batching: threads running batched encodes (0 = one on a GPU; on a CPU, the cores "
         "torch's own threads leave)",
     )  # fmt: skip
+    model_processes: int = Field(
+        _E.model_processes, ge=-1, le=64,
+        description="with batching: processes of their own, one per batcher worker, that hold a copy of the "
+        "backbone and run the batched query and image calls past the server's interpreter lock (-1 = auto: one "
+        "per core on a CPU of two or more cores, none on a GPU; 0 = off, every call in the server)",
+    )  # fmt: skip
     batch_nice: int = Field(
         _E.batch_nice, ge=0, le=19,
         description="with batching, on Linux: added to the batcher threads' nice value, so the cheap stages of "

@@ -75,6 +75,9 @@ def make_settings(tiny_checkpoint, tiny_head, qaslr_index):
             # tests start many servers: the warm-up before ready is tested on its own
             # (tests/service/test_warm_up.py), the others start cold
             warm_up=False,
+            # ... and in one process: the model processes are tested on their own
+            # (tests/engine/test_model_process.py)
+            model_processes=0,
         )
         values.update(overrides)
         return Settings(**values)

@@ -1,0 +1,241 @@
+"""The backbone in processes of its own, one per batcher worker, for a CPU.
+
+On a CPU the tiny and small backbones spend much of a call in Python (the transformers modules
+between the matrix products), and Python in one process runs one thread at a time: two batcher
+threads, plus the search threads and the event loop, share one interpreter lock, so under load the
+server used about 1.5 of 2 cores (``benchmarks/bench_load.py``, ``server_cores``). A
+:class:`ModelProcess` is a child process that loads the same checkpoint (its fingerprint is checked
+against the server's backbone) with one torch thread, and runs the batcher's backbone calls for
+query texts and images (engine.batching ``QUERIES`` and ``IMAGES``: the query embedding of a stage-2
+search and the source frames that refine its moment, the backbone work of the default cascade).
+Each batcher worker owns one: it sends a batch down a pipe and waits, without the lock, while its
+child computes on a core of its own.
+
+The heavy tier's clips still run on the batcher threads in the server (their encoder holds the
+streaming head, its per-request queries and the early-exit gate). A GPU runs every call in the
+server: there the work is in the device's kernels, not in Python.
+
+The children run at the batcher's priority (``nice``), so the searches' cheap stages in the server
+still take a core first. A child that dies (killed, out of memory) fails the batch it was running
+with :class:`ModelProcessDied` and is started again for the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["ModelProcess", "ModelProcessDied", "auto_model_processes", "start_model_processes"]
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 300.0  # loading a checkpoint in a fresh interpreter (imports, weights)
+
+
+class ModelProcessDied(RuntimeError):
+    """The model process ended while it held a batch (it is started again for the next one)."""
+
+
+def auto_model_processes(device, cores: int | None = None) -> int:
+    """Model processes for a backbone on ``device`` when none are configured: on a CPU of at least two
+    cores, one per core (at most four); none on a GPU or a single core (there the server's own threads
+    are as good)."""
+    if str(device).startswith("cuda") or os.name != "posix":  # the pipe is a Unix socket pair
+        return 0
+    cores = cores or os.cpu_count() or 1
+    return min(4, cores) if cores >= 2 else 0
+
+
+def _serve(conn, model: str, dtype: str, embed_dim: int, frame_size: int, nice: int) -> None:
+    """The child (``python -m engine.model_process FD``, with what to load as its first message):
+    load the backbone, say ``("ready", fingerprint)``, then answer each
+    ``(kind, items, instruction)`` with ``("ok", embeddings)`` or ``("error", type name, message)``
+    until ``None`` arrives or the pipe closes."""
+    if nice > 0 and hasattr(os, "nice"):
+        try:
+            os.nice(min(19, nice))
+        except OSError:
+            pass
+    torch.set_num_threads(1)  # one core each: the children, not torch's threads, use the cores
+    from models.backbone import load_backbone
+
+    try:
+        backbone = load_backbone(model, device="cpu", dtype=dtype, embed_dim=embed_dim, frame_size=frame_size)
+    except Exception as exc:  # the parent raises it: the same checkpoint loaded there a moment ago
+        conn.send(("error", type(exc).__name__, str(exc)))
+        return
+    conn.send(("ready", backbone.fingerprint))
+    with torch.inference_mode():
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message is None:
+                return
+            kind, items, instruction = message
+            try:
+                if kind == "texts":
+                    out = backbone.embed_texts(list(items), instruction=instruction)
+                else:
+                    out = backbone.embed_images(list(items))
+                conn.send(("ok", out.float().cpu().numpy()))
+            except Exception as exc:  # the batch fails in the parent, with this message
+                conn.send(("error", type(exc).__name__, str(exc)))
+
+
+class ModelProcess:
+    """A copy of ``backbone`` in a child process (``model``: the checkpoint it was loaded from).
+
+    :meth:`start` begins loading it (and returns at once); the first call waits until it is ready.
+    One caller at a time (each batcher worker owns one); :meth:`close` ends it."""
+
+    def __init__(self, backbone, model: str, *, nice: int = 0, name: str = "qaslr-model"):
+        self.fingerprint = backbone.fingerprint
+        self._args = (
+            str(model),
+            str(backbone.dtype).removeprefix("torch."),
+            int(backbone.embed_dim),
+            int(backbone.frame_size),
+            int(nice),
+        )
+        self.name = name
+        self._lock = threading.Lock()
+        self._proc = None
+        self._conn = None
+        self._ready = False
+        self.starts = 0  # how many children were started (1 + restarts)
+        self.calls = 0  # batches it answered
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> ModelProcess:
+        """Start the child (``python -m engine.model_process``, a fresh interpreter: forking a process
+        that runs threads is unsafe, and multiprocessing's spawn would re-run the caller's main script)
+        on one end of a socket pair, and send it what to load."""
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[1])  # where engine/ and models/ are importable
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "engine.model_process", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        finally:
+            theirs.close()
+        conn = Connection(ours.detach())
+        conn.send(self._args)
+        self._proc, self._conn, self._ready = proc, conn, False
+        self.starts += 1
+        return self
+
+    def _wait_ready(self) -> None:
+        if self._proc is None:
+            self.start()
+        if self._ready:
+            return
+        if not self._conn.poll(START_TIMEOUT_S):
+            self._stop()
+            raise ModelProcessDied(f"the model process did not load the backbone in {START_TIMEOUT_S:.0f} s")
+        reply = self._recv()
+        if reply[0] != "ready":
+            self._stop()
+            raise RuntimeError(f"the model process could not load the backbone: {reply[1]}: {reply[2]}")
+        if reply[1] != self.fingerprint:
+            self._stop()
+            raise RuntimeError(
+                "the model process loaded another checkpoint than the server's (its fingerprint differs): "
+                "was the checkpoint directory changed while the server ran?"
+            )
+        self._ready = True
+
+    def _recv(self):
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError) as exc:
+            code = self._proc.poll() if self._proc is not None else None
+            self._stop()
+            raise ModelProcessDied(
+                f"the model process ended (exit code {code}); it restarts for the next batch"
+            ) from exc
+
+    def _call(self, kind: str, items: list, instruction: str | None) -> torch.Tensor:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is not None:
+                self._stop()  # died while idle: a fresh one
+            self._wait_ready()
+            try:
+                self._conn.send((kind, items, instruction))
+            except (BrokenPipeError, OSError) as exc:
+                self._stop()
+                raise ModelProcessDied("the model process ended; it restarts for the next batch") from exc
+            reply = self._recv()
+            if reply[0] == "ok":
+                self.calls += 1
+        if reply[0] != "ok":
+            raise RuntimeError(f"the model process failed the batch: {reply[1]}: {reply[2]}")
+        return torch.from_numpy(reply[1])
+
+    def warm_up(self, frame: np.ndarray) -> None:
+        """Wait until the child has loaded, and run one text and one image through it (its first calls
+        pay for lazy initialisation)."""
+        self.embed_texts(["warm-up"])
+        self.embed_images([frame])
+
+    def embed_texts(self, texts: Sequence[str | None], *, instruction: str | None = None) -> torch.Tensor:
+        """``Backbone.embed_texts`` in the child: [B, d] float32 on the CPU."""
+        return self._call("texts", list(texts), instruction)
+
+    def embed_images(self, frames: Sequence[np.ndarray]) -> torch.Tensor:
+        """``Backbone.embed_images`` in the child: [B, d] float32 on the CPU."""
+        return self._call("images", [np.ascontiguousarray(f) for f in frames], None)
+
+    def _stop(self, timeout_s: float = 5.0) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        self._ready = False
+        if conn is not None:
+            try:
+                conn.send(None)
+            except (OSError, ValueError):
+                pass
+            conn.close()
+        if proc is not None:
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+def start_model_processes(backbone, model: str, count: int, *, nice: int = 0) -> list[ModelProcess]:
+    """``count`` model processes for ``backbone``, all loading at once (each call waits for its own)."""
+    t0 = time.perf_counter()
+    procs = [ModelProcess(backbone, model, nice=nice, name=f"qaslr-model-{i}").start() for i in range(count)]
+    logger.info(
+        "%d model process(es) loading the backbone (pids %s; started in %.2f s)",
+        count, [p.pid for p in procs], time.perf_counter() - t0,
+    )  # fmt: skip
+    return procs
+
+
+if __name__ == "__main__":
+    _conn = Connection(int(sys.argv[1]))
+    _serve(_conn, *_conn.recv())
