@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 
 from core.config import SearchMode
 from engine.batching import EncodeCancelled
+from engine.model_process import ModelProcessDied
 from engine.searcher import DeadlineExceeded, InvalidRequest, SearchCancelled
 from engine.worker import QueueFull, WorkerTimeout
 from service import images
@@ -44,7 +45,10 @@ _RESPONSES = {
     415: {"model": ErrorResponse, "description": "`image` is not a picture in a supported format"},
     422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
     429: {"model": ErrorResponse, "description": "the search queue is full"},
-    503: {"model": ErrorResponse, "description": "not ready yet, or the request deadline passed"},
+    503: {
+        "model": ErrorResponse,
+        "description": "not ready yet, the request deadline passed, or the model process restarts",
+    },
     500: {"model": ErrorResponse, "description": "an unexpected server error (logged under the request id)"},
 }
 
@@ -135,6 +139,14 @@ def _refusal(exc: BaseException, state: AppState) -> ApiError | None:
             "deadline_exceeded",
             f"the search did not finish within the {timeout:g} s deadline (the server is busy or the request "
             "is large: try again, or lower shortlist/frames)",
+            headers={"Retry-After": "5"},
+        )
+    if isinstance(exc, ModelProcessDied):  # its backbone work was lost with the process, which restarts
+        state.metrics.rejected.labels("model_restarting").inc()
+        return ApiError(
+            503,
+            "model_restarting",
+            "the model process running this search's backbone work ended and is restarting; retry shortly",
             headers={"Retry-After": "5"},
         )
     if isinstance(exc, SearchCancelled | EncodeCancelled):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -93,3 +95,27 @@ def test_a_client_that_goes_away_stops_its_search(make_settings):
             _metric(client.get("/metrics").text, 'qaslr_batch_clips_count{kind="clips"}') == 0
         )  # never encoded
         assert client.post("/search", json={"query": QUERY, "mode": "indexed"}).status_code == 200
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
+def test_a_search_whose_model_process_dies_gets_a_503_and_the_next_one_is_answered(make_settings):
+    from service.app import create_app
+
+    app = create_app(make_settings(model_processes=1))
+    with live_server(app) as client:
+        body = {"query": QUERY, "mode": "rerank", "shortlist": 2, "top_k": 2}
+        assert client.post("/search", json=body).status_code == 200
+        (backend,) = app.state.qaslr.engine.batcher.backends
+        pid = backend.pid
+        os.kill(pid, signal.SIGSTOP)  # it holds the next batch until it is killed
+        answer = {}
+        search = threading.Thread(target=lambda: answer.update(r=client.post("/search", json=body)))
+        search.start()
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)
+        search.join(30)
+        r = answer["r"]
+        assert r.status_code == 503 and r.json()["error"]["code"] == "model_restarting"
+        assert "Traceback" not in r.text and r.headers["Retry-After"]
+        again = client.post("/search", json=body)  # a fresh model process answers it
+        assert again.status_code == 200 and backend.pid != pid and backend.starts == 2
