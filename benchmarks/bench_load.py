@@ -1,7 +1,7 @@
 """Many users at once on one model: bounded loopback load on `qaslr serve`, old lane vs new.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
-        [--requests 32] [--cascade-requests 160] [--cap-s 45] [--shortlist 10] [--frames 32] [--stage1-requests 60]
+        [--requests 32] [--cascade-requests 160] [--cap-s 45] [--rounds 1] [--shortlist 10] [--frames 32] [--stage1-requests 60]
         [--servers single batched batched-one-process [batched-search-nice-0]] [--workdir DIR] [--json out.json]
 
 What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
@@ -32,13 +32,15 @@ For each server and workload:
 1. load at each ``--clients`` level: ``--requests`` requests per level (``--cascade-requests`` for the
    cascade, whose requests are ten times cheaper), each level capped at
    ``--cap-s`` seconds; req/s (answered 200s over the level's wall time), p50/p95 latency, and the
-   status counts;
+   status counts; with ``--rounds R`` the levels run in turn R times (a minute when the shared
+   machine is busy moves one round), and each reports its median round's req/s beside every round's;
 2. stage 1 alone: ``--stage1-requests`` ``mode=indexed`` requests one at a time, p50/p95;
 3. stage 1 under load: the same while ``--load-clients`` rerank clients run; p95 and its ratio to (2).
 
 Each level also records the CPU it cost (Linux ``/proc``): the server's CPU seconds (its model
-processes' included) per answered request (the work a request costs, whatever else runs), the cores the server used, and the cores
-that other processes on the machine used meanwhile (``other_cores``: a busy machine makes every
+processes' included) per answered request (the work a request costs, whatever else runs), the cores
+the server used, the cores the load clients used (this process: they share the machine with the
+server), and the cores that other processes on the machine used meanwhile (``other_cores``: a busy machine makes every
 number here worse, so read the throughput beside it). Before each level, with the server idle, it
 measures what the machine's cores give together against one alone (``capacity``,
 benchmarks/provenance.py ``parallel_capacity``): two busy processes on two virtual CPUs that share a
@@ -168,6 +170,7 @@ class CpuMeter:
             "server_cpu_s": server,
             "server_cpu_s_per_req": server / answered if answered else float("nan"),
             "server_cores": server / wall,
+            "client_cores": me / wall,
             "other_cores": max(0.0, machine - server - me) / wall,
         }
 
@@ -215,6 +218,7 @@ def load_level(
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "wall_s": wall,
         "mean_timings_ms": mean,
+        "latencies_ms": latencies,
         **cpu,
     }
 
@@ -280,6 +284,34 @@ SERVERS = {  # name -> the server's environment beside the common one
 }
 
 
+def pool_rounds(levels: list[dict]) -> dict:
+    """One level measured in several rounds, as one: the median round's throughput and CPU figures
+    (a busy minute on a shared machine moves one round, not the median), latency percentiles over
+    every answer, the statuses summed, and each round's req/s kept (``rounds_req_per_s``)."""
+    latencies = [ms for lv in levels for ms in lv.pop("latencies_ms")]  # pooled here, not kept
+    if len(levels) == 1:
+        return {**levels[0], "rounds_req_per_s": [levels[0]["req_per_s"]]}
+    median = lambda key: float(np.median([lv[key] for lv in levels]))  # noqa: E731
+    statuses = Counter()
+    for lv in levels:
+        statuses.update(lv["statuses"])
+    keys = ("req_per_s", "server_cpu_s_per_req", "server_cores", "client_cores", "other_cores", "capacity")
+    timing_keys = levels[0]["mean_timings_ms"].keys()
+    return {
+        **levels[0],
+        **{k: median(k) for k in keys},
+        "p50_ms": pct(latencies, 50),
+        "p95_ms": pct(latencies, 95),
+        "statuses": dict(sorted(statuses.items())),
+        "wall_s": sum(lv["wall_s"] for lv in levels),
+        "server_cpu_s": sum(lv["server_cpu_s"] for lv in levels),
+        "mean_timings_ms": {
+            k: float(np.mean([lv["mean_timings_ms"].get(k, 0.0) for lv in levels])) for k in timing_keys
+        },
+        "rounds_req_per_s": [lv["req_per_s"] for lv in levels],
+    }
+
+
 def run_server(name: str, model: Path, index: Path, env: dict, args, workload: str, queries) -> dict:
     body = {"mode": "rerank", "top_k": 10, "shortlist": args.shortlist, "frames": args.frames}
     if workload == "every":
@@ -291,20 +323,23 @@ def run_server(name: str, model: Path, index: Path, env: dict, args, workload: s
 
         for q in queries[:2]:  # warm the frame cache's first misses and lazy allocations
             httpx.post(url + "/search", json={**body, "query": q + " warm-up"}, timeout=120)
-        out = {"levels": []}
         requests = args.cascade_requests if workload == "cascade" else args.requests
-        for c in args.clients:
-            capacity = parallel_capacity()  # what the machine's cores give right now (idle server)
-            level = load_level(url, body, c, requests, args.cap_s, pid=server.proc.pid, queries=queries)
-            level["capacity"] = capacity["ratio"]
-            print(
-                f"[{name}] {c:>2} clients: {level['req_per_s']:.2f} req/s  p50 {level['p50_ms']:.0f} ms  "
-                f"p95 {level['p95_ms']:.0f} ms  {level['statuses']}  server {level['server_cpu_s_per_req']:.2f} "
-                f"CPU s/req on {level['server_cores']:.2f} cores (other processes: {level['other_cores']:.2f} cores; "
-                f"the cores give {capacity['ratio']:.2f}x one)",
-                flush=True,
-            )
-            out["levels"].append(level)
+        rounds: dict[int, list[dict]] = {c: [] for c in args.clients}
+        for r in range(args.rounds):  # the levels in turn, round after round (see pool_rounds)
+            for c in args.clients:
+                capacity = parallel_capacity()  # what the machine's cores give right now (idle server)
+                level = load_level(url, body, c, requests, args.cap_s, pid=server.proc.pid, queries=queries)
+                level["capacity"] = capacity["ratio"]
+                print(
+                    f"[{name}] {c:>2} clients{f' (round {r + 1})' if args.rounds > 1 else ''}: "
+                    f"{level['req_per_s']:.2f} req/s  p50 {level['p50_ms']:.0f} ms  p95 {level['p95_ms']:.0f} ms  "
+                    f"{level['statuses']}  server {level['server_cpu_s_per_req']:.2f} CPU s/req on "
+                    f"{level['server_cores']:.2f} cores (the clients: {level['client_cores']:.2f}, other processes: "
+                    f"{level['other_cores']:.2f} cores; the cores give {capacity['ratio']:.2f}x one)",
+                    flush=True,
+                )
+                rounds[c].append(level)
+        out = {"levels": [pool_rounds(rounds[c]) for c in args.clients]}
         out["stage1_alone"] = stage1(url, body, args.stage1_requests, args.cap_s)
         out["stage1_loaded"] = stage1_under_load(
             url, body, args.load_clients, args.stage1_requests, args.cap_s, queries=queries
@@ -335,6 +370,11 @@ def main(argv=None) -> int:
         help="requests per load level of the cascade workload (ten times cheaper: 32 would be a 3 s window)",
     )  # fmt: skip
     p.add_argument("--cap-s", type=float, default=45.0, help="time cap per load level, s")
+    p.add_argument(
+        "--rounds", type=int, default=1,
+        help="measure the levels this many times, in turn (1, 4, 8, 16, 1, 4, ...); each level reports its median "
+        "round's throughput, and every round's",
+    )  # fmt: skip
     p.add_argument("--load-clients", type=int, default=4, help="rerank clients behind the stage-1 probe")
     p.add_argument(
         "--stage1-requests", type=int, default=60, help="stage-1 probes per phase (a p95 needs more than 20)"
@@ -396,6 +436,11 @@ def main(argv=None) -> int:
         speedup = (
             eight["req_per_s"] / one["req_per_s"] if one and eight and one["req_per_s"] else float("nan")
         )
+        per_round = (
+            [e / o for o, e in zip(one["rounds_req_per_s"], eight["rounds_req_per_s"], strict=True) if o]
+            if one and eight
+            else []
+        )
         a, b = res["stage1_alone"]["p95_ms"], res["stage1_loaded"]["p95_ms"]
         counted = [lv["statuses"] for lv in res["levels"]]  # every level, and the stage-1 phases
         counted += [res["stage1_alone"]["statuses"], res["stage1_loaded"]["statuses"]]
@@ -404,11 +449,13 @@ def main(argv=None) -> int:
         capacity = [lv.get("capacity") for lv in (one, eight) if lv and lv.get("capacity")]
         res["summary"] = {
             "speedup_8_vs_1": speedup,
+            "speedup_8_vs_1_rounds": per_round,
             "stage1_p95_ratio": b / a if a else float("nan"),
             "5xx": five,
         }
+        spread = f", rounds {min(per_round):.2f}-{max(per_round):.2f}x" if len(per_round) > 1 else ""
         notes.append(
-            f"{name}: 8 vs 1 clients {speedup:.2f}x (the cores gave "
+            f"{name}: 8 vs 1 clients {speedup:.2f}x{spread} (the cores gave "
             + " and ".join(f"{c:.2f}x" for c in capacity)
             + f" one, before those levels); stage-1 p95 alone {a:.0f} ms, under {args.load_clients} "
             f"rerank clients {b:.0f} ms ({b / a:.1f}x); 5xx: {five}"
@@ -445,6 +492,7 @@ def table_rows(results: dict, load_clients: int) -> list[dict]:
                     "5xx": sum(v for k, v in lv["statuses"].items() if k.startswith("5")),
                     "cpu_s_per_req": lv.get("server_cpu_s_per_req"),
                     "server_cores": lv.get("server_cores"),
+                    "client_cores": lv.get("client_cores"),
                     "other_cores": lv.get("other_cores"),
                     "capacity": lv.get("capacity"),
                 }

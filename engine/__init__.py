@@ -10,7 +10,7 @@ benchmark, a batch job or a notebook. Modules: :mod:`engine.config` (the one con
 (the two stages), :mod:`engine.tiers` (stage-2 tiers), :mod:`engine.frames` and :mod:`engine.cache`
 (stage-2 pixels), :mod:`engine.moments` (moments and timelines), :mod:`engine.worker` (the bounded
 model queue and its search threads), :mod:`engine.batching` (stage-2 encodes of concurrent searches in
-shared backbone calls).
+shared backbone calls), :mod:`engine.model_process` (the backbone in processes of its own, on a CPU).
 """
 
 from engine.config import EngineConfig

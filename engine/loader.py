@@ -372,15 +372,19 @@ def make_batcher(config: EngineConfig, clip_len: int, device="cpu", backbone=Non
     frames = config.batch_max_frames or clips * int(clip_len)
     workers = config.batch_workers or auto_workers(device)
     backends = []
-    count = config.model_processes
-    if count < 0:
-        from engine.model_process import auto_model_processes
+    if backbone is not None and config.model_processes:
+        from engine.model_process import auto_model_processes, start_model_processes, weights_bytes
 
-        count = auto_model_processes(device) if backbone is not None else 0
-    if count and backbone is not None:
-        from engine.model_process import start_model_processes
-
-        backends = start_model_processes(backbone, str(config.model), count, nice=config.batch_nice)
+        count = config.model_processes
+        if count < 0:
+            count = auto_model_processes(device, weights_bytes=weights_bytes(backbone))
+        elif str(device).startswith("cuda"):
+            logger.warning(
+                "model processes run on the CPU only: the backbone on %s serves every call itself", device
+            )
+            count = 0
+        if count:
+            backends = start_model_processes(backbone, str(config.model), count, nice=config.batch_nice)
     return EncodeBatcher(
         max_wait_s=config.batch_max_wait_ms / 1e3, max_frames=frames, workers=workers, nice=config.batch_nice,
         backends=backends,

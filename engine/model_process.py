@@ -36,7 +36,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["ModelProcess", "ModelProcessDied", "auto_model_processes", "start_model_processes"]
+__all__ = [
+    "ModelProcess",
+    "ModelProcessDied",
+    "auto_model_processes",
+    "available_memory",
+    "start_model_processes",
+    "weights_bytes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,14 +54,44 @@ class ModelProcessDied(RuntimeError):
     """The model process ended while it held a batch (it is started again for the next one)."""
 
 
-def auto_model_processes(device, cores: int | None = None) -> int:
+def auto_model_processes(
+    device, cores: int | None = None, *, weights_bytes: int = 0, available_bytes: int | None = None
+) -> int:
     """Model processes for a backbone on ``device`` when none are configured: on a CPU of at least two
-    cores, one per core (at most four); none on a GPU or a single core (there the server's own threads
-    are as good)."""
+    cores, one per core (at most four), as long as their copies of the weights (``weights_bytes``
+    each) fit in half the memory available (``available_bytes``, default: what the system reports);
+    none on a GPU, on a single core, or when fewer than two copies fit (a lone model process does no
+    better than the server's own threads)."""
     if str(device).startswith("cuda") or os.name != "posix":  # the pipe is a Unix socket pair
         return 0
-    cores = cores or os.cpu_count() or 1
-    return min(4, cores) if cores >= 2 else 0
+    count = min(4, cores or os.cpu_count() or 1)
+    if weights_bytes > 0:
+        available = available_memory() if available_bytes is None else available_bytes
+        if available is not None:
+            count = min(count, int(available // 2 // weights_bytes))
+    return count if count >= 2 else 0
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available for new processes (Linux ``MemAvailable``; else free pages), or None."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def weights_bytes(backbone) -> int:
+    """The bytes of ``backbone``'s parameters (what each model process holds again)."""
+    net = getattr(backbone, "model", None)
+    if net is None or not hasattr(net, "parameters"):
+        return 0
+    return sum(p.numel() * p.element_size() for p in net.parameters())
 
 
 def _serve(conn, model: str, dtype: str, embed_dim: int, frame_size: int, nice: int) -> None:

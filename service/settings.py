@@ -120,13 +120,14 @@ class Settings(BaseSettings):
     batch_workers: int = Field(
         _E.batch_workers, ge=0, le=64,
         description="with batching: threads running batched encodes (0 = one on a GPU; on a CPU, the cores "
-        "torch's own threads leave)",
+        "torch's own threads leave; with model processes, one per process)",
     )  # fmt: skip
     model_processes: int = Field(
         _E.model_processes, ge=-1, le=64,
         description="with batching: processes of their own, one per batcher worker, that hold a copy of the "
         "backbone and run the batched query and image calls past the server's interpreter lock (-1 = auto: one "
-        "per core on a CPU of two or more cores, none on a GPU; 0 = off, every call in the server)",
+        "per core on a CPU of two or more cores while their copies of the weights fit in half the free memory, "
+        "none on a GPU; 0 = off, every call in the server)",
     )  # fmt: skip
     batch_nice: int = Field(
         _E.batch_nice, ge=0, le=19,

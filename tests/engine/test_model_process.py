@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model_process import ModelProcess, ModelProcessDied, auto_model_processes
+from engine.model_process import ModelProcess, ModelProcessDied, auto_model_processes, weights_bytes
 
 pytestmark = pytest.mark.slow  # starts child interpreters that load the backbone (a few seconds each)
 
@@ -112,11 +112,18 @@ def test_a_model_process_that_loads_another_checkpoint_is_refused(backbone, tiny
         proc.close()
 
 
-def test_model_processes_are_one_per_core_on_a_cpu_and_none_on_a_gpu():
+def test_model_processes_are_one_per_core_on_a_cpu_as_far_as_memory_allows_and_none_on_a_gpu(backbone):
     assert auto_model_processes("cuda:0", cores=16) == 0
     assert auto_model_processes("cpu", cores=1) == 0
     assert auto_model_processes("cpu", cores=2) == 2
     assert auto_model_processes("cpu", cores=64) == 4
+    gb = 2**30
+    # copies of the weights in at most half the available memory; fewer than two copies: none
+    assert auto_model_processes("cpu", cores=8, weights_bytes=8 * gb, available_bytes=40 * gb) == 2
+    assert auto_model_processes("cpu", cores=8, weights_bytes=8 * gb, available_bytes=20 * gb) == 0
+    assert auto_model_processes("cpu", cores=8, weights_bytes=gb, available_bytes=64 * gb) == 4
+    size = weights_bytes(backbone)  # the tiny-world backbone's parameters, float32
+    assert size == 4 * sum(p.numel() for p in backbone.model.parameters()) > 0
 
 
 def test_searches_through_model_processes_answer_as_searches_in_one_process(
