@@ -113,7 +113,7 @@ class Engine:
 
             size = self.encoder.backbone.frame_size
             for backend in self.batcher.backends:
-                backend.warm_up(np.zeros((size, size, 3), np.uint8))
+                backend.warm_up(np.zeros((size, size, 3), np.uint8), images=self.batcher.min_split)
         if len(self.index) == 0:
             self.encoder.embed_queries([WARM_UP_QUERY])
         else:

@@ -229,11 +229,12 @@ class ModelProcess:
             raise RuntimeError(f"the model process failed the batch: {reply[1]}: {reply[2]}")
         return torch.from_numpy(reply[1])
 
-    def warm_up(self, frame: np.ndarray) -> None:
-        """Wait until the child has loaded, and run one text and one image through it (its first calls
-        pay for lazy initialisation)."""
+    def warm_up(self, frame: np.ndarray, images: int = 8) -> None:
+        """Wait until the child has loaded, and run a text and a batch of ``images`` copies of ``frame``
+        through it (its first calls pay for lazy initialisation; a lone search's refine frames reach
+        each process as a batch of 8, engine.batching's MIN_SPLIT_FRAMES)."""
         self.embed_texts(["warm-up"])
-        self.embed_images([frame])
+        self.embed_images([frame] * images)
 
     def embed_texts(self, texts: Sequence[str | None], *, instruction: str | None = None) -> torch.Tensor:
         """``Backbone.embed_texts`` in the child: [B, d] float32 on the CPU."""
