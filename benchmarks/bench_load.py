@@ -291,7 +291,10 @@ def pool_rounds(levels: list[dict]) -> dict:
     latencies = [ms for lv in levels for ms in lv.pop("latencies_ms")]  # pooled here, not kept
     if len(levels) == 1:
         return {**levels[0], "rounds_req_per_s": [levels[0]["req_per_s"]]}
-    median = lambda key: float(np.median([lv[key] for lv in levels]))  # noqa: E731
+
+    def median(key: str) -> float:
+        return float(np.median([lv[key] for lv in levels]))
+
     statuses = Counter()
     for lv in levels:
         statuses.update(lv["statuses"])

@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -102,11 +101,9 @@ def _serve(conn, model: str, dtype: str, embed_dim: int, frame_size: int, nice: 
     load the backbone, say ``("ready", fingerprint)``, then answer each
     ``(kind, items, instruction)`` with ``("ok", embeddings)`` or ``("error", type name, message)``
     until ``None`` arrives or the pipe closes."""
-    if nice > 0 and hasattr(os, "nice"):
-        try:
-            os.nice(min(19, nice))
-        except OSError:
-            pass
+    from engine.worker import lower_thread_priority
+
+    lower_thread_priority(nice)  # before torch starts threads: they inherit it (as the batcher's do)
     torch.set_num_threads(1)  # one core each: the children, not torch's threads, use the cores
     from models.backbone import load_backbone
 
@@ -141,7 +138,7 @@ class ModelProcess:
     :meth:`start` begins loading it (and returns at once); the first call waits until it is ready.
     One caller at a time (each batcher worker owns one); :meth:`close` ends it."""
 
-    def __init__(self, backbone, model: str, *, nice: int = 0, name: str = "qaslr-model"):
+    def __init__(self, backbone, model: str, *, nice: int = 0):
         self.fingerprint = backbone.fingerprint
         self._args = (
             str(model),
@@ -150,7 +147,6 @@ class ModelProcess:
             int(backbone.frame_size),
             int(nice),
         )
-        self.name = name
         self._lock = threading.Lock()
         self._proc = None
         self._conn = None
@@ -161,6 +157,11 @@ class ModelProcess:
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """Whether the child is running (False before :meth:`start`, and once it has exited)."""
+        return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> ModelProcess:
         """Start the child (``python -m engine.model_process``, a fresh interpreter: forking a process
@@ -214,7 +215,7 @@ class ModelProcess:
 
     def _call(self, kind: str, items: list, instruction: str | None) -> torch.Tensor:
         with self._lock:
-            if self._proc is not None and self._proc.poll() is not None:
+            if self._proc is not None and not self.alive:
                 self._stop()  # died while idle: a fresh one
             self._wait_ready()
             try:
@@ -268,12 +269,8 @@ class ModelProcess:
 
 def start_model_processes(backbone, model: str, count: int, *, nice: int = 0) -> list[ModelProcess]:
     """``count`` model processes for ``backbone``, all loading at once (each call waits for its own)."""
-    t0 = time.perf_counter()
-    procs = [ModelProcess(backbone, model, nice=nice, name=f"qaslr-model-{i}").start() for i in range(count)]
-    logger.info(
-        "%d model process(es) loading the backbone (pids %s; started in %.2f s)",
-        count, [p.pid for p in procs], time.perf_counter() - t0,
-    )  # fmt: skip
+    procs = [ModelProcess(backbone, model, nice=nice).start() for _ in range(count)]
+    logger.info("%d model process(es) loading the backbone (pids %s)", count, [p.pid for p in procs])
     return procs
 
 

@@ -36,6 +36,14 @@ def _nice(pid: int) -> int:
     return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
 
 
+def _wait_dead(proc: ModelProcess, timeout_s: float = 10.0) -> None:
+    """Until ``proc``'s child has exited (its threads torn down: waitable, not just a zombie leader)."""
+    stop = time.monotonic() + timeout_s
+    while proc.alive:
+        assert time.monotonic() < stop, f"process {proc.pid} did not exit"
+        time.sleep(0.02)
+
+
 def test_a_model_process_embeds_texts_and_images_as_the_server_backbone_does(backbone, tiny_world_checkpoint):
     proc = ModelProcess(backbone, str(tiny_world_checkpoint), nice=3).start()
     try:
@@ -62,7 +70,7 @@ def test_a_model_process_that_died_is_started_again_for_the_next_batch(backbone,
         frame = _frames(1, backbone.frame_size)
         first = proc.embed_images(frame)
         os.kill(proc.pid, signal.SIGKILL)
-        time.sleep(0.5)
+        _wait_dead(proc)
         torch.testing.assert_close(proc.embed_images(frame), first)
         assert proc.starts == 2
     finally:

@@ -111,7 +111,10 @@ def test_a_search_whose_model_process_dies_gets_a_503_and_the_next_one_is_answer
         answer = {}
         search = threading.Thread(target=lambda: answer.update(r=client.post("/search", json=body)))
         search.start()
-        time.sleep(1.0)
+        stop = time.monotonic() + 30
+        while not backend._lock.locked() and time.monotonic() < stop:  # the search's batch is in it
+            time.sleep(0.02)
+        time.sleep(0.2)
         os.kill(pid, signal.SIGKILL)
         search.join(30)
         r = answer["r"]
