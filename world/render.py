@@ -15,8 +15,22 @@ Haystack (everything that is not an event is grey: a pixel's channels stay withi
     noise      per-pixel noise
 
 Event: one solid shape of a vocabulary colour (nominal RGB + up to 20 per channel), sized 15-45 %
-of the frame's short side, wholly inside the frame, optionally anti-aliased, drifting slowly. At
-most one event is on screen at a time.
+of the frame's short side, wholly inside the frame, optionally anti-aliased. At most one event is
+on screen at a time. A static event drifts slowly (at most :data:`~world.vocab.STATIC_DRIFT` of the
+short side over its showing); a changing event (``Event.change``, world.vocab.CHANGES) moves across
+the frame in a straight line at constant speed, grows or shrinks in place, or turns from one colour
+to another once, over its showing:
+
+    right / left / down / up   the centre travels from one side to the other, at least MOVE_TRAVEL
+                               of the frame's width (or height), wholly inside the frame throughout
+    grow / shrink              the size changes linearly by a factor of at least GROW_FACTOR
+                               (within 15-45 % of the short side), the centre fixed
+    recolour                   one colour, then (at 35-65 % of the showing) ``to_colour``, in place
+
+``Event.backwards`` plays the event's span backwards: frame i of the span shows what frame
+first + last - i of the forward video shows (haystack included), so a video and its reversal hold
+exactly the same frames, in the opposite order inside the span (a reversal pair; "right" played
+backwards is "left", "grow" is "shrink", red -> blue is blue -> red).
 """
 
 from __future__ import annotations
@@ -28,23 +42,53 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from PIL import Image
 
-from world.vocab import COLOUR_JITTER, COLOURS, EVENT_SIZE, GREY_SPREAD, SHAPES, EventKind
+from world.vocab import (
+    CHANGES,
+    COLOUR_JITTER,
+    COLOURS,
+    EVENT_SIZE,
+    GREY_SPREAD,
+    GROW_FACTOR,
+    MOVE_TRAVEL,
+    SHAPES,
+    STATIC_DRIFT,
+    Change,
+    EventKind,
+)
 
 
 @dataclass(frozen=True)
 class Event:
     """One event on screen from ``start_s`` to ``end_s``."""
 
-    kind: EventKind
+    kind: EventKind  # a changing event's shape, in its colour when the forward event begins
     start_s: float
     end_s: float
     size: float | None = None  # fraction of the short side (None: random within the world's range)
+    change: str | None = None  # None: static; else one of world.vocab.CHANGES (module docstring)
+    to_colour: str | None = None  # "recolour": the colour it turns to
+    backwards: bool = False  # the span played backwards (the reversal of the forward event)
 
     def __post_init__(self) -> None:
         if not self.end_s > self.start_s >= 0:
             raise ValueError(f"an event needs 0 <= start < end, got {self.start_s}..{self.end_s}")
         if self.size is not None and not EVENT_SIZE[0] <= self.size <= EVENT_SIZE[1]:
             raise ValueError(f"event size must be within {EVENT_SIZE} of the short side, got {self.size}")
+        if self.change is not None:
+            if self.change not in CHANGES:
+                raise ValueError(f"unknown change {self.change!r}; the world has {list(CHANGES)}")
+            self.forward_change  # noqa: B018 (validates the colour change)
+
+    @property
+    def forward_change(self) -> Change | None:
+        """The change as rendered forwards (None for a static event)."""
+        return None if self.change is None else Change(self.kind, self.change, self.to_colour)
+
+    @property
+    def seen_change(self) -> Change | None:
+        """The change a viewer sees: the forward one, or its reversal when played backwards."""
+        change = self.forward_change
+        return change.reversed() if change is not None and self.backwards else change
 
 
 @dataclass(frozen=True)
@@ -104,6 +148,16 @@ class VideoSpec:
         first = int(math.ceil(event.start_s * self.fps - 1e-9))
         last = min(self.num_frames - 1, int(math.floor(event.end_s * self.fps - 1e-9)))
         return range(first, last + 1)
+
+    def source_index(self, index: int) -> int:
+        """The forward frame that frame ``index`` shows: itself, or its mirror inside the span of an
+        event played backwards."""
+        for event in self.events:
+            if event.backwards:
+                span = self.event_frames(event)
+                if index in span:
+                    return span.start + span.stop - 1 - index
+        return index
 
 
 # -- randomness ---------------------------------------------------------------------------------
@@ -190,11 +244,33 @@ class _Placement:
     vx: float
     vy: float
     rgb: tuple[float, float, float]
+    # a changing event: the size at its end (grow, shrink), the colour after the switch and when
+    # it happens (a share of the showing), and how long the showing lasts
+    end_size: float | None = None
+    end_rgb: tuple[float, float, float] | None = None
+    switch: float = 0.5
+    duration: float = 1.0
 
     def centre(self, t: float, width: int, height: int) -> tuple[float, float]:
-        """Centre at time ``t`` (seconds since the event began), bouncing inside the frame."""
-        r = self.size / 2 + 1
+        """Centre at time ``t`` (seconds since the event began), bouncing inside the frame (a moving
+        event's path lies inside it, so it never bounces)."""
+        r = max(self.size, self.end_size or 0.0) / 2 + 1
         return _bounce(self.x + self.vx * t, r, width - r), _bounce(self.y + self.vy * t, r, height - r)
+
+    def size_at(self, t: float) -> float:
+        if self.end_size is None:
+            return self.size
+        u = min(1.0, max(0.0, t / self.duration))
+        return self.size + (self.end_size - self.size) * u
+
+    def rgb_at(self, t: float) -> tuple[float, float, float]:
+        if self.end_rgb is None or t < self.switch * self.duration:
+            return self.rgb
+        return self.end_rgb
+
+
+def _near(rgb, nominal) -> bool:
+    return all(abs(a - b) <= COLOUR_JITTER + 1e-6 for a, b in zip(rgb, nominal, strict=True))
 
 
 def _bounce(v: float, lo: float, hi: float) -> float:
@@ -205,20 +281,74 @@ def _bounce(v: float, lo: float, hi: float) -> float:
     return lo + (p if p <= span else 2 * span - p)
 
 
-def _placement(rng: np.random.Generator, kind: EventKind | None, width: int, height: int, *, size=None):
+def _colour(rng: np.random.Generator, colour: str) -> tuple[float, float, float]:
+    nominal = np.asarray(COLOURS[colour], dtype=np.float64)
+    return tuple(np.clip(nominal + rng.uniform(-COLOUR_JITTER, COLOUR_JITTER, size=3), 0, 255).tolist())
+
+
+def _placement(
+    rng: np.random.Generator,
+    kind: EventKind | None,
+    width: int,
+    height: int,
+    *,
+    size=None,
+    duration: float | None = None,
+):
+    """A static event's (or a distractor's, ``kind`` None) size, position, drift and colour. The
+    drift is slow: at most 4 % of the short side per second, and at most STATIC_DRIFT of it over a
+    showing of ``duration`` seconds."""
     short = min(width, height)
     size = float(size if size is not None else rng.uniform(*EVENT_SIZE) * short)
     r = size / 2 + 1
     x = float(rng.uniform(r, max(r, width - r)))
     y = float(rng.uniform(r, max(r, height - r)))
-    speed = float(rng.uniform(0, 0.04)) * short  # slow drift: at most 4 % of the short side per second
+    speed = float(rng.uniform(0, 0.04)) * short
+    if duration is not None:
+        speed = min(speed, STATIC_DRIFT * short / duration)
     angle = float(rng.uniform(0, 2 * math.pi))
-    if kind is not None:
-        nominal = np.asarray(COLOURS[kind.colour], dtype=np.float64)
-        rgb = np.clip(nominal + rng.uniform(-COLOUR_JITTER, COLOUR_JITTER, size=3), 0, 255)
-    else:
-        rgb = np.zeros(3)
-    return _Placement(size, x, y, speed * math.cos(angle), speed * math.sin(angle), tuple(rgb.tolist()))
+    rgb = _colour(rng, kind.colour) if kind is not None else (0.0, 0.0, 0.0)
+    return _Placement(size, x, y, speed * math.cos(angle), speed * math.sin(angle), rgb)
+
+
+def _change_placement(rng: np.random.Generator, event: Event, width: int, height: int) -> _Placement:
+    """A changing event's path, sizes and colours (the module docstring), drawn forwards."""
+    short, duration = min(width, height), event.end_s - event.start_s
+    lo, hi = EVENT_SIZE[0] * short, EVENT_SIZE[1] * short
+    rgb = _colour(rng, event.kind.colour)
+    if event.change in ("grow", "shrink"):
+        small = float(event.size * short if event.size else rng.uniform(lo, hi / GROW_FACTOR))
+        small = min(small, hi / GROW_FACTOR)
+        big = float(rng.uniform(GROW_FACTOR * small, hi))
+        r = big / 2 + 1
+        x, y = float(rng.uniform(r, max(r, width - r))), float(rng.uniform(r, max(r, height - r)))
+        start, end = (small, big) if event.change == "grow" else (big, small)
+        return _Placement(start, x, y, 0.0, 0.0, rgb, end_size=end, duration=duration)
+    size = float(event.size * short if event.size else rng.uniform(lo, hi))
+    r = size / 2 + 1
+    if event.change == "recolour":
+        x, y = float(rng.uniform(r, max(r, width - r))), float(rng.uniform(r, max(r, height - r)))
+        end_rgb = _colour(rng, event.to_colour)
+        switch = float(rng.uniform(0.35, 0.65))
+        return _Placement(size, x, y, 0.0, 0.0, rgb, end_rgb=end_rgb, switch=switch, duration=duration)
+    # right, left, down, up: a straight line across at least MOVE_TRAVEL of the frame, inside it
+    along, across = (width, height) if event.change in ("right", "left") else (height, width)
+    room = max(0.0, along - 2 * r)
+    size_fits = room >= MOVE_TRAVEL * along
+    if not size_fits:  # shrink the shape until the path fits (a narrow frame, a big shape)
+        size = max(lo, along * (1 - MOVE_TRAVEL) - 2.5)
+        r = size / 2 + 1
+        room = max(0.0, along - 2 * r)
+    travel = float(rng.uniform(min(room, MOVE_TRAVEL * along), room))
+    begin = float(rng.uniform(r, r + room - travel))
+    side = float(rng.uniform(r, max(r, across - r)))
+    sign = 1.0 if event.change in ("right", "down") else -1.0
+    if sign < 0:
+        begin += travel
+    speed = sign * travel / duration
+    if event.change in ("right", "left"):
+        return _Placement(size, begin, side, speed, 0.0, rgb, duration=duration)
+    return _Placement(size, side, begin, 0.0, speed, rgb, duration=duration)
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -245,8 +375,12 @@ class Renderer:
         self._events = []
         for k, event in enumerate(spec.events):
             erng = _rng(spec.seed, 2, k)
+            if event.change is not None:
+                self._events.append((event, _change_placement(erng, event, w, h)))
+                continue
             size = None if event.size is None else event.size * min(w, h)
-            self._events.append((event, _placement(erng, event.kind, w, h, size=size)))
+            duration = event.end_s - event.start_s
+            self._events.append((event, _placement(erng, event.kind, w, h, size=size, duration=duration)))
         self._fields: dict[int, np.ndarray] = {}
         yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
         self._yy, self._xx = (yy - h / 2) / max(w, h), (xx - w / 2) / max(w, h)
@@ -310,23 +444,33 @@ class Renderer:
         return img
 
     def frame(self, index: int) -> np.ndarray:
-        """Frame ``index`` -> [H, W, 3] uint8."""
+        """Frame ``index`` -> [H, W, 3] uint8 (inside the span of an event played backwards: the
+        forward frame it mirrors, :meth:`VideoSpec.source_index`)."""
         spec = self.spec
+        index = spec.source_index(index)
         grey = self.grey(index)
         tint = np.clip(np.asarray(spec.haystack.tint, dtype=np.float32), -GREY_SPREAD / 4, GREY_SPREAD / 4)
         chan = _rng(spec.seed, 7, index).uniform(-1, 1, size=(1, 1, 3)).astype(np.float32)
         img = grey[:, :, None] + tint + chan
-        t = spec.frame_time(index)
-        for event, p in self._events:
-            if index not in spec.event_frames(event):
-                continue
-            cx, cy = p.centre(t - event.start_s, spec.width, spec.height)
+        for kind, (cx, cy, size), rgb in self._drawn(index):
             y0, x0, cov = shape_coverage(
-                event.kind.shape, p.size, spec.width, spec.height, cx, cy, aa=3 if spec.antialias else 1
+                kind.shape, size, spec.width, spec.height, cx, cy, aa=3 if spec.antialias else 1
             )
             region = img[y0 : y0 + cov.shape[0], x0 : x0 + cov.shape[1]]
-            region += cov[:, :, None] * (np.asarray(p.rgb, dtype=np.float32) - region)
+            region += cov[:, :, None] * (np.asarray(rgb, dtype=np.float32) - region)
         return np.clip(img + 0.5, 0, 255).astype(np.uint8)
+
+    def _drawn(self, index: int):
+        """(kind, (cx, cy, size), rgb) of every event drawn on forward frame ``index``."""
+        spec = self.spec
+        t = spec.frame_time(index)
+        out = []
+        for event, p in self._events:
+            if index in spec.event_frames(event):
+                since = t - event.start_s
+                cx, cy = p.centre(since, spec.width, spec.height)
+                out.append((event.kind, (cx, cy, p.size_at(since)), p.rgb_at(since)))
+        return out
 
     def frames(self, start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
         stop = self.spec.num_frames if stop is None else min(stop, self.spec.num_frames)
@@ -334,14 +478,12 @@ class Renderer:
             yield self.frame(i)
 
     def event_boxes(self, index: int) -> list[tuple[EventKind, tuple[float, float, float]]]:
-        """(kind, (cx, cy, size)) of the events drawn on frame ``index`` (ground truth for checks)."""
+        """(kind, (cx, cy, size)) of the events drawn on frame ``index`` (ground truth for checks; a
+        colour change's kind is the colour it shows on that frame)."""
         out = []
-        for event, p in self._events:
-            if index in self.spec.event_frames(event):
-                cx, cy = p.centre(
-                    self.spec.frame_time(index) - event.start_s, self.spec.width, self.spec.height
-                )
-                out.append((event.kind, (cx, cy, p.size)))
+        for kind, box, rgb in self._drawn(self.spec.source_index(index)):
+            shown = next((c for c, nominal in COLOURS.items() if _near(rgb, nominal)), kind.colour)
+            out.append((EventKind(shown, kind.shape), box))
         return out
 
     def event_mask(self, index: int) -> np.ndarray:

@@ -37,18 +37,46 @@ PHRASINGS: tuple[str, ...] = (
     "{name} shows up briefly",
     "there is {a} {name}",
 )
-# Two events in order: both forms must work.
+# Two events in order, {a1} {n1} first: every form must work.
 ORDER_PHRASINGS: tuple[str, ...] = (
     "{a1} {n1} appears, then {a2} {n2} appears",
     "first {a1} {n1} appears, then {a2} {n2} appears",
+    "{a2} {n2} appears after {a1} {n1} appears",
+    "{a1} {n1} appears before {a2} {n2} appears",
 )
-# One event shown once or twice (the two showings at least COUNT_GAP_S apart, haystack between):
+ORDER_GAP_S = (3.0, 60.0)  # haystack between the first event's end and the second's start
+# One event shown once, twice or three times (showings at least COUNT_GAP_S apart, haystack between):
 # the phrasings of each count.
 COUNT_PHRASINGS: dict[int, tuple[str, ...]] = {
     1: ("{a} {name} appears once", "{a} {name} appears only once"),
     2: ("{a} {name} appears twice", "{a} {name} appears two times"),
+    3: ("{a} {name} appears three times",),
 }
-COUNT_GAP_S = 20.0  # haystack between the end of a twice-shown event's first showing and its second
+COUNT_GAP_S = 8.0  # haystack between the end of one showing of a counted event and the next
+
+# Motion and change: what no single frame shows. A changing event lasts CHANGE_S and is one of
+# these; each has a time reversal (CHANGE_REVERSAL). A moving shape travels at least MOVE_TRAVEL of
+# the frame's width (or height); a growing or shrinking one changes size by at least GROW_FACTOR.
+MOVES: tuple[str, ...] = ("right", "left", "down", "up")
+CHANGES: tuple[str, ...] = (*MOVES, "grow", "shrink", "recolour")
+CHANGE_REVERSAL: dict[str, str] = {
+    "right": "left", "left": "right", "down": "up", "up": "down", "grow": "shrink", "shrink": "grow",
+    "recolour": "recolour",
+}  # fmt: skip
+CHANGE_S = (3.0, 6.0)
+MOVE_TRAVEL = 0.5
+GROW_FACTOR = 2.0
+STATIC_DRIFT = 0.1  # a static event drifts at most this share of the short side during its showing
+# What a user may type for each change; {a} {name} as for an event, {shape} {c1} {c2} for a colour change.
+CHANGE_PHRASINGS: dict[str, tuple[str, ...]] = {
+    "right": ("{a} {name} moves from left to right", "{a} {name} moves to the right"),
+    "left": ("{a} {name} moves from right to left", "{a} {name} moves to the left"),
+    "down": ("{a} {name} moves from top to bottom", "{a} {name} moves down"),
+    "up": ("{a} {name} moves from bottom to top", "{a} {name} moves up"),
+    "grow": ("{a} {name} grows", "{a} {name} gets bigger"),
+    "shrink": ("{a} {name} shrinks", "{a} {name} gets smaller"),
+    "recolour": ("a {shape} turns from {c1} to {c2}", "a {shape} changes from {c1} to {c2}"),
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -84,7 +112,8 @@ EVENTS: tuple[EventKind, ...] = tuple(EventKind(c, s) for c in COLOURS for s in 
 
 
 def order_text(first: EventKind, second: EventKind, phrasing: int = 0) -> str:
-    """ "a red square appears, then a blue circle appears" (phrasing 1: "first ..., then ...")."""
+    """ "a red square appears, then a blue circle appears" (phrasing 1: "first ..., then ...";
+    2: "a blue circle appears after a red square appears"; 3: "a red square appears before ...")."""
     return ORDER_PHRASINGS[phrasing % len(ORDER_PHRASINGS)].format(
         a1=first.article, n1=first.name, a2=second.article, n2=second.name
     )
@@ -92,7 +121,7 @@ def order_text(first: EventKind, second: EventKind, phrasing: int = 0) -> str:
 
 def count_text(kind: EventKind, times: int, phrasing: int = 0) -> str:
     """ "a red square appears twice" (times 2; phrasing 1: "... appears two times"), "a red square
-    appears once" (times 1; phrasing 1: "... appears only once")."""
+    appears once" (times 1; phrasing 1: "... appears only once"), "... appears three times" (3)."""
     if times not in COUNT_PHRASINGS:
         raise ValueError(f"the world counts showings {sorted(COUNT_PHRASINGS)}, got {times!r}")
     forms = COUNT_PHRASINGS[times]
@@ -105,3 +134,54 @@ def parse_event(name: str) -> EventKind:
     if len(parts) != 2:
         raise ValueError(f"an event is named '<colour> <shape>', got {name!r}")
     return EventKind(parts[0], parts[1])
+
+
+@dataclass(frozen=True, order=True)
+class Change:
+    """A changing event: ``kind`` (its shape, in its colour when it begins) and what happens to it
+    (one of :data:`CHANGES`; ``to_colour`` for "recolour")."""
+
+    kind: EventKind
+    change: str
+    to_colour: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.change not in CHANGES:
+            raise ValueError(f"unknown change {self.change!r}; the world has {list(CHANGES)}")
+        if (self.change == "recolour") != (self.to_colour is not None):
+            raise ValueError("a colour change (and only it) names the colour it turns to")
+        if self.to_colour is not None and (
+            self.to_colour not in COLOURS or self.to_colour == self.kind.colour
+        ):
+            raise ValueError(f"a colour change turns to another world colour, got {self.to_colour!r}")
+
+    def reversed(self) -> Change:
+        """The same event played backwards (left <-> right, up <-> down, grow <-> shrink, a -> b <-> b -> a)."""
+        if self.change == "recolour":
+            return Change(EventKind(self.to_colour, self.kind.shape), "recolour", self.kind.colour)
+        return Change(self.kind, CHANGE_REVERSAL[self.change])
+
+    @property
+    def name(self) -> str:
+        """ "red square moves right", "square turns red to blue" (ground truth, titles)."""
+        if self.change == "recolour":
+            return f"{self.kind.shape} turns {self.kind.colour} to {self.to_colour}"
+        if self.change in MOVES:
+            return f"{self.kind.name} moves {self.change}"
+        return f"{self.kind.name} {self.change}s"
+
+    def text(self, phrasing: int = 0) -> str:
+        """The change as a user would type it (phrasing 0: "a red square moves from left to right")."""
+        forms = CHANGE_PHRASINGS[self.change]
+        return forms[phrasing % len(forms)].format(
+            a=self.kind.article,
+            name=self.kind.name,
+            shape=self.kind.shape,
+            c1=self.kind.colour,
+            c2=self.to_colour,
+        )
+
+
+def change_texts(change: Change) -> tuple[str, ...]:
+    """Every phrasing of ``change``."""
+    return tuple(change.text(p) for p in range(len(CHANGE_PHRASINGS[change.change])))

@@ -12,7 +12,7 @@ from world.corpus import CorpusConfig, _plan, _recorded, make_corpus
 from world.render import Renderer
 from world.vocab import COUNT_GAP_S
 
-# Tiny videos that still fit two showings COUNT_GAP_S apart (36 s with 3 s events).
+# Tiny videos that still fit three showings COUNT_GAP_S apart (35 s with 3 s events).
 TINY = dict(min_duration_s=36.0, max_duration_s=40.0, fps=(2.0,), short_side=(32, 40))
 
 
@@ -54,12 +54,14 @@ def test_the_twice_videos_showings_are_the_gap_apart_inside_the_video(seed):
         (_, s1, e1), (_, s2, e2) = twice.events
         assert s2 - e1 >= COUNT_GAP_S - 1e-9  # haystack between
         assert s1 >= 5.0 and e2 <= twice.duration_s - 5.0 + 0.01
-        assert 36.0 <= twice.duration_s <= 40.0  # the config's range, clamped to what fits
+        assert 24.0 <= twice.duration_s <= 40.0  # the config's range, clamped to what fits
 
 
 def test_count_pairs_refuse_videos_too_short_for_the_gap():
-    with pytest.raises(ValueError, match="count pairs need videos of at least 36 s"):
-        CorpusConfig(videos=0, count_pairs=1, min_duration_s=20.0, max_duration_s=30.0)
+    with pytest.raises(ValueError, match="count pairs need videos of at least 24 s"):
+        CorpusConfig(videos=0, count_pairs=1, min_duration_s=15.0, max_duration_s=20.0)
+    with pytest.raises(ValueError, match="count pairs need videos of at least 35 s"):
+        CorpusConfig(videos=0, count3_pairs=1, min_duration_s=20.0, max_duration_s=30.0)
     with pytest.raises(ValueError, match="at most 32 count pairs"):
         CorpusConfig(videos=0, count_pairs=33)
 

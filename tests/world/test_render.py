@@ -34,13 +34,15 @@ def test_texts_follow_the_world_phrasings():
     a, b = EventKind("red", "square"), EventKind("blue", "circle")
     assert order_text(a, b) == "a red square appears, then a blue circle appears"
     assert order_text(a, b, 1) == "first a red square appears, then a blue circle appears"
+    assert order_text(a, b, 2) == "a blue circle appears after a red square appears"
+    assert order_text(a, b, 3) == "a red square appears before a blue circle appears"
     assert len(EVENTS) == 32 and len({e.name for e in EVENTS}) == 32
     assert parse_event("cyan triangle") == EventKind("cyan", "triangle")
     with pytest.raises(ValueError):
         EventKind("purple", "square")
 
 
-def test_count_texts_say_once_or_twice_in_the_world_phrasings():
+def test_count_texts_say_once_twice_or_three_times_in_the_world_phrasings():
     kind = EventKind("red", "square")
     assert [count_text(kind, 1, p) for p in range(2)] == [
         "a red square appears once",
@@ -51,8 +53,9 @@ def test_count_texts_say_once_or_twice_in_the_world_phrasings():
         "a red square appears two times",
     ]
     assert count_text(EventKind("orange", "bar"), 2) == "an orange bar appears twice"
+    assert count_text(kind, 3) == "a red square appears three times"
     with pytest.raises(ValueError, match="counts showings"):
-        count_text(kind, 3)
+        count_text(kind, 4)
 
 
 @pytest.mark.parametrize("seed", range(6))
