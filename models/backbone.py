@@ -97,6 +97,9 @@ class VideoClip:
     frames: np.ndarray  # [L, H, W, 3] uint8
     frame_indices: Sequence[int]  # indices into the source video, chronological
     fps: float
+    # positions (into ``frames``) of each streamed clip when the selection cut them (models.windows:
+    # one moment a clip); None: Eq. 3 cuts them (models.selection.partition_clips)
+    segments: Sequence[np.ndarray] | None = None
 
 
 PATCH_FACTOR = 32  # patch 16 x spatial merge 2: frame sides are multiples of this
@@ -424,8 +427,13 @@ class Backbone:
 
     def embed_texts(self, texts: Sequence[str], *, instruction: str | None = None) -> torch.Tensor:
         """[B, d] L2-normalised text embeddings."""
+        return self.pool(self.text_states(texts, instruction=instruction))
+
+    def text_states(self, texts: Sequence[str], *, instruction: str | None = None) -> ClipStates:
+        """The final hidden states of each text's prompt ([B, S, D], mask [B, S]): what
+        :meth:`embed_texts` pools, for a head that reads the query's text (models.head)."""
         prompts = [self.render_prompt(text=t, instruction=instruction) for t in texts]
-        return self.pool(self._forward(prompts))
+        return self._forward(prompts)
 
     def frame_shape(self, width: int, height: int) -> tuple[int, int]:
         """(w, h) at which frames of a ``width`` x ``height`` video are decoded for this backbone."""

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from core.config import DEFAULT_MAX_EVIDENCE
 from core.files import atomic_path
 from models.selection import ClipPlan
+from models.windows import WindowPlan
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +109,26 @@ class StreamingHeadConfig:
     # by training (training.trainer) and checked by serving (engine.loader); None for heads saved
     # before plans were recorded, or never trained (they load, with a warning where served).
     clip_plan: ClipPlan | None = None
+    # The head reads the query's text (ours; Eq. 4's conditioning input c, given to the memory): before
+    # the first clip the memory takes one update step (Eq. 7-8, a block of its own) over the query's
+    # token states, the backbone's hidden states of the query prompt, masked. A pooled q hardly tells
+    # "A then B" from "B then A" (cosine 0.94 with the tiny-world backbone) or "twice" from "three
+    # times"; its tokens, in order, do. Needs the query's states at every call (``query_states``).
+    text_memory: bool = False
+    # A gated memory update (ours, after GRU-style recurrent memories): H_t = g * H~ + (1 - g) * H_{t-1}
+    # with g = sigmoid(W_g [H_{t-1}; H~] + b_g) per think token and channel, H~ the block's output
+    # (Eq. 7-8). A clip that says nothing about the query can leave the memory as it was, which a
+    # count or an order across several clips needs.
+    update_gate: bool = False
+    # The moment windows the head was trained on (models.windows.WindowPlan: W clips of at most L bank
+    # frames around the relevance peaks), recorded by training and used by serving; None: Eq. 3's plan.
+    window_plan: WindowPlan | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.clip_plan, dict):
             self.clip_plan = ClipPlan.from_dict(self.clip_plan)
+        if isinstance(self.window_plan, dict):
+            self.window_plan = WindowPlan.from_dict(self.window_plan)
         for name in ("hidden_size", "embed_dim", "num_think_tokens", "max_evidence_tokens", "num_heads"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -131,8 +148,9 @@ class StreamingHeadConfig:
     def to_dict(self) -> dict:
         """The fields as JSON-ready values; a head without a clip plan writes none (as before)."""
         data = dataclasses.asdict(self)
-        if data["clip_plan"] is None:
-            del data["clip_plan"]
+        for name in ("clip_plan", "window_plan", "text_memory", "update_gate"):
+            if not data[name]:  # heads without them write none (as before)
+                del data[name]
         return data
 
     @classmethod
@@ -220,6 +238,8 @@ class StreamingHead(nn.Module):
         dim = config.hidden_size
         self.think_tokens = nn.Parameter(torch.empty(config.num_think_tokens, dim))  # H_0, Eq. 6
         self.blocks = nn.ModuleList(UpdateBlock(config) for _ in range(config.depth))
+        self.query_block = UpdateBlock(config) if config.text_memory else None  # reads the query's text
+        self.gate = nn.Linear(2 * dim, dim) if config.update_gate else None  # W_g, b_g
         self.embed_token = nn.Parameter(torch.empty(1, dim))  # e, Eq. 9
         self.sink_token = nn.Parameter(torch.empty(1, dim)) if config.evidence_sink else None
         # P_c: conditioning input c = q [d] -> a shift of H_0 [D] (only with query_conditioning)
@@ -245,6 +265,8 @@ class StreamingHead(nn.Module):
                 nn.init.zeros_(module.bias)
         nn.init.normal_(self.think_tokens, std=0.02)
         nn.init.normal_(self.embed_token, std=0.02)
+        if self.gate is not None:  # an update passes about halfway at first
+            nn.init.zeros_(self.gate.bias)
         if self.sink_token is not None:
             nn.init.normal_(self.sink_token, std=0.02)
         if self.config.identity_init:
@@ -268,14 +290,31 @@ class StreamingHead(nn.Module):
 
     # ---- incremental API -------------------------------------------------------------------------
 
-    def init_state(self, batch_size: int, query: Tensor | None = None) -> Tensor:
+    def init_state(
+        self,
+        batch_size: int,
+        query: Tensor | None = None,
+        query_states: Tensor | None = None,
+        query_mask: Tensor | None = None,
+    ) -> Tensor:
         """H_0 for ``batch_size`` videos: [B, N, D] (Eq. 6); with query conditioning and ``query``
-        [B, d] given, H_0 + P_c q (the same shift on every think token)."""
+        [B, d] given, H_0 + P_c q (the same shift on every think token); with ``text_memory``, then
+        one update over the query's token states ``query_states`` [B, S, D] (mask [B, S])."""
         h0 = self.think_tokens.unsqueeze(0).expand(batch_size, -1, -1)
-        if query is None or self.query_proj is None:
-            return h0
-        shift = self.query_proj(self.condition(query.to(h0.dtype)))  # [B, D]
-        return h0 + shift[:, None, :]
+        if query is not None and self.query_proj is not None:
+            shift = self.query_proj(self.condition(query.to(h0.dtype)))  # [B, D]
+            h0 = h0 + shift[:, None, :]
+        if self.query_block is not None:
+            if query_states is None:
+                raise ValueError("this head reads the query's text: pass its token states (query_states)")
+            states = query_states.to(h0.dtype)
+            mask = (
+                torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
+                if query_mask is None
+                else query_mask
+            )
+            h0 = self.query_block(h0, states, mask.to(device=states.device, dtype=torch.bool))
+        return h0
 
     def condition(self, query: Tensor) -> Tensor:
         """The conditioning input P_c acts on: q, or q whitened (``query_whitening``) [B, d]."""
@@ -330,6 +369,9 @@ class StreamingHead(nn.Module):
         new = state
         for block in self.blocks:
             new = block(new, evidence, safe_mask)
+        if self.gate is not None:  # gated memory: how much of the update each token and channel takes
+            g = torch.sigmoid(self.gate(torch.cat([state, new], dim=-1)))
+            new = g * new + (1 - g) * state
         return torch.where(active[:, None, None], new, state)
 
     def readout(self, state: Tensor) -> Tensor:
@@ -348,19 +390,23 @@ class StreamingHead(nn.Module):
         *,
         reset_memory: bool = False,
         query: Tensor | None = None,
+        query_states: Tensor | None = None,
+        query_mask: Tensor | None = None,
     ) -> HeadOutput:
         """Stream T clip evidence banks through the memory and read out after each step.
 
         evidence [B, T, M, D], evidence_mask [B, T, M], step_mask [B, T]; ``query`` [B, d] is the
-        conditioning input of a query-conditioned head (ignored otherwise). With ``reset_memory``
-        the state is re-initialised to H_0 before every step (the no-memory control of Table 5).
+        conditioning input of a query-conditioned head (ignored otherwise), ``query_states`` [B, S, D]
+        and ``query_mask`` [B, S] the query's token states for a head that reads the query's text.
+        With ``reset_memory`` the state is re-initialised to H_0 before every step (the no-memory
+        control of Table 5).
         """
         b, t, _, _ = evidence.shape
         evidence_mask = evidence_mask.to(device=evidence.device, dtype=torch.bool)
         step_mask = step_mask.to(device=evidence.device, dtype=torch.bool) & evidence_mask.any(
             dim=-1
         )  # [B, T]
-        h0 = self.init_state(b, query)
+        h0 = self.init_state(b, query, query_states, query_mask)
         state = h0
         steps = []
         for i in range(t):

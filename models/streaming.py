@@ -257,9 +257,13 @@ class VideoEncoder:
         jobs = []
         for v, video in enumerate(videos):
             _check(video)
-            positions, mask = self.clip_plan(len(video.frames))
-            for t, (row, valid) in enumerate(zip(positions, mask, strict=True)):
-                jobs.append((v, t, row[valid], texts[v] if texts else None))
+            if video.segments is not None:  # the selection cut the clips (models.windows)
+                clips = [np.asarray(pos, dtype=np.int64) for pos in video.segments]
+            else:
+                positions, mask = self.clip_plan(len(video.frames))
+                clips = [row[valid] for row, valid in zip(positions, mask, strict=True)]
+            for t, pos in enumerate(clips):
+                jobs.append((v, t, pos, texts[v] if texts else None))
         jobs.sort(key=lambda job: (job[1], job[0]))
         return jobs
 
@@ -319,7 +323,7 @@ class VideoEncoder:
 
     @torch.inference_mode()
     def _stream_online(
-        self, videos: Sequence[VideoClip], texts, queries, exit_policy
+        self, videos: Sequence[VideoClip], texts, queries, exit_policy, query_states=None
     ) -> list[VideoEmbedding]:
         """Inference without keeping evidence: each clip's bank updates its video's memory as soon as
         it is computed (Eq. 7-9), so working memory is one backbone batch plus N x D per video. With
@@ -327,7 +331,10 @@ class VideoEncoder:
         (§A.10): its remaining clips are never encoded (Eq. 19)."""
         head = self.head
         p = next(head.parameters())
-        planned = [len(self.clip_plan(len(v.frames))[0]) for v in videos]
+        planned = [
+            len(v.segments) if v.segments is not None else len(self.clip_plan(len(v.frames))[0])
+            for v in videos
+        ]
         state: dict[int, torch.Tensor] = {}
         readouts: list[list[torch.Tensor]] = [[] for _ in videos]
         clip_frames: list[list[np.ndarray]] = [[] for _ in videos]
@@ -338,7 +345,10 @@ class VideoEncoder:
             h = state.get(v)
             if h is None:  # H_0, once per video (Eq. 6), conditioned on q for a query-conditioned head
                 q = None if queries is None else queries[v : v + 1].to(p.device, p.dtype)
-                h = head.init_state(1, q)
+                states, smask = (None, None) if query_states is None else query_states[v]
+                if states is not None:
+                    states, smask = states[None].to(p.device, p.dtype), smask[None].to(p.device)
+                h = head.init_state(1, q, states, smask)
             h = head.update(h, tok[None].to(p.device, p.dtype), msk[None].to(p.device))
             state[v] = h
             z = head.readout(h)  # z_t, [1, d]
@@ -369,14 +379,22 @@ class VideoEncoder:
         *,
         reset_memory: bool = False,
         queries: torch.Tensor | None = None,
+        query_states: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> list[VideoEmbedding]:
-        """Run the streaming head over precomputed evidence banks (independent state per video)."""
+        """Run the streaming head over precomputed evidence banks (independent state per video);
+        ``query_states``: the queries' token states [B, S, D] and mask [B, S] (``text_memory``)."""
         if self.head is None:
             raise RuntimeError("no streaming head loaded: this encoder runs in one-shot mode")
         evidence, mask, steps = pad_banks(banks)
         p = next(self.head.parameters())
         q = None if queries is None else queries.to(p.device, p.dtype)
-        out = self.head(evidence.to(p.device, p.dtype), mask, steps, reset_memory=reset_memory, query=q)
+        states, smask = (None, None) if query_states is None else query_states
+        if states is not None:
+            states, smask = states.to(p.device, p.dtype), smask.to(p.device)
+        out = self.head(
+            evidence.to(p.device, p.dtype), mask, steps, reset_memory=reset_memory, query=q,
+            query_states=states, query_mask=smask,
+        )  # fmt: skip
         results = []
         for i, bank in enumerate(banks):
             t = bank.tokens.shape[0]
@@ -408,13 +426,16 @@ class VideoEncoder:
         queries: torch.Tensor | None = None,
         exit_policy: ExitPolicy | None = None,
         short_oneshot: bool = False,
+        query_states: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> list[VideoEmbedding]:
         """Embed each video, optionally conditioned on one query per video: ``texts`` go into the
         backbone prompt as ``text_conditioning`` says, ``queries`` [B, d] (their embeddings) into a
         query-conditioned head. One pathway for every video of the call: streaming (QASLR) with a
         head, one-shot without; a video with few frames streams as the clips Eq. 3 cuts it into
         (``clip_plan``, at least one clip of ``temporal_patch`` frames), exactly as the training
-        features stream it (``evidence``). ``short_oneshot`` applies §3.1 per video instead (at most
+        features stream it (``evidence``), unless its selection cut the clips (``VideoClip.segments``).
+        ``query_states``: per video, the query's token states [S, D] and mask [S], for a head that
+        reads the query's text (``text_memory``). ``short_oneshot`` applies §3.1 per video instead (at most
         ``short_video_frames`` -> one-shot): the indexer's rule, where it is a property of the index
         (its L) and of the video alone, the same for every query. ``exit_policy`` enables early exit
         (streaming only)."""
@@ -427,7 +448,7 @@ class VideoEncoder:
         if self.head is None:
             return self._oneshot(videos, texts)
         if not short_oneshot:
-            return self._stream_online(videos, texts, queries, exit_policy)
+            return self._stream_online(videos, texts, queries, exit_policy, query_states)
         long = [i for i, v in enumerate(videos) if not self.is_short(len(v.frames))]
         short = [i for i in range(len(videos)) if i not in set(long)]
         out: list[VideoEmbedding | None] = [None] * len(videos)

@@ -1,0 +1,136 @@
+"""Query-aware selection of moments (models.windows) and the head that reads the query's text with a
+gated memory (models.head): each moment its own clip, in time order; the query's words change the
+memory before the first clip; a gate that can keep the memory as it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.head import StreamingHeadConfig, create_head, load_head, save_head
+from models.windows import WindowPlan, moment_windows
+
+
+def _relevance(n=60, peaks=(), base=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    r = base + 0.01 * rng.standard_normal(n)
+    for centre, width, height in peaks:
+        r[centre - width // 2 : centre - width // 2 + width] = height
+    return r
+
+
+def test_each_relevant_moment_is_one_window_in_time_order():
+    r = _relevance(peaks=[(40, 4, 0.6), (10, 3, 0.5), (25, 2, 0.55)])
+    windows = moment_windows(r, WindowPlan(windows=3, frames=8, margin=1))
+    assert [int(w[0]) for w in windows] == sorted(int(w[0]) for w in windows)  # chronological
+    spans = [(int(w[0]), int(w[-1])) for w in windows]
+    assert spans == [(8, 12), (23, 26), (37, 42)]  # each run, with a frame of context either side
+    for w in windows:
+        assert np.array_equal(w, np.arange(w[0], w[-1] + 1))  # consecutive bank frames
+
+
+def test_windows_are_capped_disjoint_and_kept_apart():
+    r = _relevance(peaks=[(30, 20, 0.7)])  # one long run: the window takes the frames nearest the peak
+    windows = moment_windows(r, WindowPlan(windows=4, frames=6, margin=1))
+    assert all(2 <= len(w) <= 6 for w in windows)
+    taken = np.concatenate(windows)
+    assert len(np.unique(taken)) == len(taken)  # disjoint
+    ordered = sorted(windows, key=lambda w: w[0])
+    assert all(b[0] - a[-1] >= 2 for a, b in zip(ordered, ordered[1:], strict=False))  # a frame between
+
+
+def test_a_short_bank_gives_what_it_has():
+    assert moment_windows(np.array([])) == []
+    (only,) = moment_windows(np.array([0.3]), WindowPlan(windows=4))
+    assert only.tolist() == [0]
+    windows = moment_windows(np.array([0.1, 0.9, 0.2]), WindowPlan(windows=4, margin=0))
+    assert sum(len(w) for w in windows) <= 3 and all(len(w) >= 1 for w in windows)
+
+
+@pytest.mark.parametrize("bad", [dict(windows=0), dict(frames=1), dict(level=1.0), dict(margin=-1)])
+def test_a_window_plan_refuses_what_cannot_work(bad):
+    with pytest.raises(ValueError):
+        WindowPlan(**bad)
+
+
+def _config(**kw):
+    base = dict(hidden_size=16, embed_dim=12, num_think_tokens=4, max_evidence_tokens=8, num_heads=2,
+                query_conditioning=True, text_memory=True, update_gate=True, evidence_sink=True,
+                window_plan=WindowPlan(windows=3, frames=6))  # fmt: skip
+    base.update(kw)
+    return StreamingHeadConfig(**base)
+
+
+def test_a_head_that_reads_the_query_needs_and_uses_its_token_states():
+    head = create_head(_config(), seed=1).double().eval()
+    g = torch.Generator().manual_seed(0)
+    ev = torch.randn(1, 3, 5, 16, generator=g, dtype=torch.float64)
+    mask, steps = torch.ones(1, 3, 5, dtype=torch.bool), torch.ones(1, 3, dtype=torch.bool)
+    q = torch.nn.functional.normalize(torch.randn(1, 12, generator=g, dtype=torch.float64), dim=-1)
+    words = torch.randn(1, 7, 16, generator=g, dtype=torch.float64)
+    with pytest.raises(ValueError, match="query_states"):
+        head(ev, mask, steps, query=q)
+    a = head(ev, mask, steps, query=q, query_states=words).final
+    other = torch.randn(1, 7, 16, generator=g, dtype=torch.float64)
+    b = head(ev, mask, steps, query=q, query_states=other).final  # another query's words, the same q
+    c = head(
+        ev,
+        mask,
+        steps,
+        query=q,
+        query_states=torch.cat([words, words[:, :1] * 9], 1),
+        query_mask=torch.tensor([[True] * 7 + [False]]),
+    ).final  # a masked token changes nothing
+    assert not torch.allclose(a, b)
+    assert torch.allclose(a, c)
+
+
+def test_a_closed_gate_keeps_the_memory_as_it_was():
+    head = create_head(_config(text_memory=False), seed=2).double().eval()
+    with torch.no_grad():
+        head.gate.weight.zero_()
+        head.gate.bias.fill_(-60.0)  # g = 0: no update passes
+    state = head.init_state(1, torch.zeros(1, 12, dtype=torch.float64))
+    ev = torch.randn(1, 5, 16, dtype=torch.float64)
+    after = head.update(state, ev, torch.ones(1, 5, dtype=torch.bool))
+    assert torch.allclose(after, state)
+
+
+def test_the_new_fields_round_trip_and_old_configs_read_as_before(tmp_path):
+    config = _config()
+    head = create_head(config, seed=3)
+    save_head(head, tmp_path / "h")
+    loaded = load_head(tmp_path / "h")
+    assert loaded.config == config and loaded.config.window_plan == WindowPlan(windows=3, frames=6)
+    plain = StreamingHeadConfig(hidden_size=16, embed_dim=12, num_heads=2)
+    assert not {"text_memory", "update_gate", "window_plan"} & set(plain.to_dict())
+
+
+def test_an_encoder_streams_the_clips_the_selection_cut_and_the_query_states(tiny_checkpoint):
+    """A candidate whose selection cut its clips (VideoClip.segments) streams one clip per segment,
+    in order; a head that reads the query's text gets its states per candidate."""
+    from models.backbone import VideoClip, load_backbone
+    from models.streaming import StreamingConfig, VideoEncoder
+
+    backbone = load_backbone(tiny_checkpoint, device="cpu", dtype="float32")
+    config = _config(hidden_size=backbone.hidden_size, embed_dim=backbone.embed_dim, max_evidence_tokens=256)
+    head = create_head(config, seed=4).eval()
+    encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=32, clip_len=8, max_evidence=256))
+    rng = np.random.default_rng(0)
+    h, w = backbone.frame_shape(64, 48)[::-1]
+    frames = rng.integers(0, 255, size=(7, h, w, 3), dtype=np.uint8)
+    segments = [np.array([0, 1, 2]), np.array([3, 4]), np.array([5, 6])]
+    clip = VideoClip(frames, list(range(0, 70, 10)), 10.0, segments=segments)
+    states = backbone.text_states(["a red square moves to the right"])
+    q = backbone.pool(states)
+    per_video = [(states.hidden[0], states.mask[0])]
+    (emb,) = encoder.encode([clip], queries=q, query_states=per_video)
+    assert emb.planned_steps == 3 and emb.steps_used == 3
+    assert [c.tolist() for c in emb.clip_frames] == [[0, 10, 20], [30, 40], [50, 60]]
+    other = backbone.text_states(["a red square moves to the left"])
+    (moved,) = encoder.encode([clip], queries=q, query_states=[(other.hidden[0], other.mask[0])])
+    assert not torch.allclose(emb.final, moved.final)  # the head read the other query's words
+    banks = encoder.evidence([clip])
+    (streamed,) = encoder.stream(banks, queries=q, query_states=(states.hidden, states.mask))
+    assert torch.allclose(streamed.final, emb.final, atol=1e-5)  # the cached path equals the online one
