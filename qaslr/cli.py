@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "qaslr.commands.train_time_head",
         "train the time head that answers order and count queries (reproduces the shipped one)",
     ),
+    "train-rerank-head": (
+        "qaslr.commands.train_rerank_head",
+        "train the rerank head for motion, order and count queries (reproduces the shipped one)",
+    ),
     "train": ("qaslr.commands.train", "train a streaming head on query-positive pairs (QASLR recipe)"),
     "eval": ("qaslr.commands.eval", "evaluate heads: Hit@k, QA accuracy, Recall@k, checkpoints, controls"),
 }

@@ -10,7 +10,11 @@ Kinds of sample (``label`` is an event index 0..31, or -1 for an empty haystack)
 - images: single frames (the frame bank embeds frames as images);
 - clips: 2-16 frames of one video, with the event on a run of frames somewhere, or none;
 - long: 24-64 frames spread over a long video, the event on 1-3 of them (one-shot indexing);
-- order: two events in order, and the mirror clip with the same events reversed.
+- order: two events in order, and the mirror clip with the same events reversed;
+- motion: a changing event (world.vocab.CHANGES: moves across, grows or shrinks, turns colour) in a
+  clip of 4-8 frames spaced as a frame bank spaces them around a moment (0.4-1.25 s apart), and
+  the same clip with the event played backwards (a reversal pair: the same frames' content, the
+  opposite change).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from PIL import Image
 
 from models.backbone import VideoClip, working_size
 from world.render import Event, Renderer, VideoSpec, random_haystack
-from world.vocab import EVENT_SIZE, EVENTS, EventKind
+from world.vocab import CHANGE_S, CHANGES, COLOURS, EVENT_SIZE, EVENTS, Change, EventKind
 
 ASPECTS = ((1, 1), (4, 3), (3, 4), (16, 9), (9, 16), (3, 2), (2, 3), (2, 1), (1, 2), (5, 4))
 
@@ -34,6 +38,24 @@ class Sample:
     label: int  # event index, or -1 (empty)
     order: tuple[int, int] | None = None  # (first, second) for order samples
     masks: np.ndarray | None = None  # [L, h, w] float32 event coverage at the working size
+    change: Change | None = None  # motion samples: the change a viewer sees
+
+    @property
+    def shows(self) -> set[int]:
+        """The event indices whose colour and shape are on screen in this sample."""
+        if self.change is not None:
+            return shown_events(self.change)
+        if self.order:
+            return set(self.order)
+        return {self.label} if self.label >= 0 else set()
+
+
+def shown_events(change: Change) -> set[int]:
+    """The event indices a changing event shows: its event, and the colour it turns to."""
+    kinds = {change.kind}
+    if change.to_colour is not None:
+        kinds.add(EventKind(change.to_colour, change.kind.shape))
+    return {k.index for k in kinds}
 
 
 class WorldSampler:
@@ -57,14 +79,21 @@ class WorldSampler:
         w, h = (short * aw // ah, short) if aw >= ah else (short, short * ah // aw)
         return max(16, min(w, 960)), max(16, min(h, 960))
 
-    def _render_path(self, spec: VideoSpec, indices, work: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """Frames ``indices`` of ``spec`` at the working size ``work`` = (w, h) -> [n, h, w, 3], and
-        the event's coverage at that size [n, h, w]."""
-        renderer = Renderer(spec)
-        out, masks = [], []
+    def _path(self) -> tuple[bool, int, int]:
+        """How a sample reaches the working size: through a lossy codec or not, its quality, the resize."""
         via_codec = self.rng.random() < self.codec_p * self.difficulty
         quality = int(self.rng.integers(35, 95))
-        resample = [Image.BILINEAR, Image.BICUBIC, Image.BOX][self.rng.integers(3)]
+        return via_codec, quality, [Image.BILINEAR, Image.BICUBIC, Image.BOX][self.rng.integers(3)]
+
+    def _render_path(
+        self, spec: VideoSpec, indices, work: tuple[int, int], *, path: tuple | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Frames ``indices`` of ``spec`` at the working size ``work`` = (w, h) -> [n, h, w, 3], and
+        the event's coverage at that size [n, h, w]. ``path``: :meth:`_path`'s draw (a reversal pair's
+        two clips pass the same one)."""
+        renderer = Renderer(spec)
+        out, masks = [], []
+        via_codec, quality, resample = path or self._path()
         for i in indices:
             frame = renderer.frame(int(i))
             img = Image.fromarray(frame)
@@ -176,6 +205,54 @@ class WorldSampler:
                 Sample(
                     VideoClip(frames, indices.tolist(), fps), -1, order=(int(first), int(second)), masks=masks
                 )
+            )
+        return out[0], out[1]
+
+    def random_change(self) -> Change:
+        kind = self._kind()
+        change = str(self.rng.choice(CHANGES))
+        to = str(self.rng.choice([c for c in COLOURS if c != kind.colour])) if change == "recolour" else None
+        return Change(kind, change, to)
+
+    def motion_pair(
+        self, change: Change | None = None, frames: int | None = None, paired: float = 0.0
+    ) -> tuple[Sample, Sample]:
+        """A changing event forwards and the same event backwards (a reversal pair), each as a clip of
+        ``frames`` (4-8) frames spaced as a frame bank spaces them around a moment: 0.4-1.25 s apart,
+        at least two of them inside the event, which lasts 3-6 s; the same frame indices in both."""
+        change = change or self.random_change()
+        n = int(frames or self.rng.choice([4, 6, 6, 8, 8]))
+        fps = float(self.rng.choice([4.0, 6.0, 8.0, 10.0, 12.0, 24.0, 25.0, 30.0]))
+        length = float(self.rng.uniform(*CHANGE_S))
+        dt = float(self.rng.uniform(0.4, 1.25))
+        span = (n - 1) * dt
+        start = 1.0 + float(self.rng.uniform(0, 2.0))
+        # the clip's frames: the event somewhere in the clip, at least two frames inside it
+        inside = min(length, span)
+        first_t = (
+            start - float(self.rng.uniform(0, max(0.0, span - inside))) + float(self.rng.uniform(0, 0.1))
+        )
+        first_t = max(0.0, min(first_t, start + length - dt - 0.05))
+        times = first_t + dt * np.arange(n)
+        if paired:  # each temporal patch a bank frame and the source frame a moment after it
+            times = first_t + dt * (np.arange(n) // 2) + (np.arange(n) % 2) * paired
+        indices = np.unique(np.round(times * fps).astype(int))
+        duration = (indices[-1] + 1) / fps + 1.0
+        out = []
+        spec = None
+        size = self._size()
+        for backwards in (False, True):
+            event = Event(change.kind, start, start + length, size, change=change.change,
+                          to_colour=change.to_colour, backwards=backwards)  # fmt: skip
+            if spec is None:
+                spec, work = self._spec(duration, fps, (event,))
+                path = self._path()
+            else:
+                spec = VideoSpec(spec.width, spec.height, fps, duration, (event,), spec.haystack,
+                                 seed=spec.seed, antialias=spec.antialias)  # fmt: skip
+            frames_, masks = self._render_path(spec, indices, work, path=path)
+            out.append(
+                Sample(VideoClip(frames_, indices.tolist(), fps), -1, masks=masks, change=event.seen_change)
             )
         return out[0], out[1]
 

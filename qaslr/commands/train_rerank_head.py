@@ -1,0 +1,106 @@
+"""Train the QASLR rerank head that answers what one frame cannot show: motion and change ("a red
+square moves from left to right"), order ("A, then B", "B after A", "A before B") and count ("...
+appears twice", "... three times"), by the paper's recipe (Eq. 11-14; training/moment_head.py).
+
+It renders shapes-world splits (single events, mirror pairs, once / twice and twice / three-times
+pairs, reversal pairs; cached under --workdir), indexes them with the backbone, encodes each query's
+candidates' moments (the windows serving reads, from the index's frame store) and trains the head on
+--train-seeds' splits, measuring it on --dev-seeds' (the seeds every constant was chosen on) against
+the frame tier on the same candidates, with the Table 5 controls and the Table 6 partial readouts.
+OUT holds the head (head_config.json, head.safetensors), its router (router.json: which queries are
+about time) and training.json (the recipe, the time it took, the measurements). The head shipped in
+training/tiny_world/rerank_head/ is this command with its defaults (training/tiny_world/README.md
+gives the time); a checkpoint's rerank_head/ folder is served by default, or serve one with
+QASLR_RERANK_HEAD=OUT."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from training.moment_head import MomentRecipe
+
+    r = MomentRecipe()
+    p.add_argument("out", help="output directory for the head")
+    p.add_argument("--model", default=None, help="backbone checkpoint (default: the shipped tiny-world one)")
+    p.add_argument("--workdir", default=None,
+                   help="renders, indexes and encoded moments, reused by later runs (default: "
+                   "qaslr-rerank-head under the temp directory)")  # fmt: skip
+    p.add_argument(
+        "--train-seeds", type=int, nargs="+", default=list(r.train_seeds), help="splits to train on"
+    )
+    p.add_argument("--dev-seeds", type=int, nargs="+", default=list(r.dev_seeds),
+                   help="splits measured during and after training (where the constants were chosen)")  # fmt: skip
+    p.add_argument("--epochs", type=int, default=r.epochs, help="passes over the training queries")
+    p.add_argument("--lr", type=float, default=r.lr, help="AdamW learning rate (cosine to 0)")
+    p.add_argument("--seed", type=int, default=r.seed, help="the head's initialisation and batch order")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from training.moment_data import build_split, describe
+    from training.moment_head import MomentRecipe, evaluate, save, train_head, train_router
+
+    torch.set_num_threads(args.threads)
+    recipe = dataclasses.replace(
+        MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
+        lr=args.lr, seed=args.seed,
+    )  # fmt: skip
+    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
+    work.mkdir(parents=True, exist_ok=True)
+    model = Path(args.model) if args.model else _shipped_backbone(work)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+
+    def splits(seeds):
+        return [build_split(work, s, model, corpus=recipe.corpus, candidates=recipe.candidates,
+                            plan=recipe.windows) for s in seeds]  # fmt: skip
+
+    train, dev = splits(recipe.train_seeds), splits(recipe.dev_seeds)
+    data_s = time.perf_counter() - started
+    sample = train[0].items[0]
+    hidden, embed = sample.states.shape[-1], sample.q.shape[-1]
+    max_evidence = max(e[0].shape[0] for s in train for e in s.evidence.values())
+    with open(out / "train_log.jsonl", "w") as log:
+        head, history = train_head(train, dev, recipe, hidden=hidden, embed=embed,
+                                   max_evidence=_index_m(model, max_evidence), log=log)  # fmt: skip
+    train_s = time.perf_counter() - started - data_s
+    router = train_router(train, dev, seed=recipe.seed)
+    measured = evaluate(head, dev, controls=True)
+    record = {
+        "recipe": recipe.to_dict(),
+        "backbone": model.name,
+        "data": {"train": [describe(s) for s in train], "dev": [describe(s) for s in dev]},
+        "data_s": round(data_s, 1),
+        "train_s": round(train_s, 1),
+        "history": history,
+        "dev": measured,
+        "router": {k: v for k, v in router.items() if k.endswith("accuracy")},
+    }
+    save(head, router, out, record)
+    print(json.dumps({"dev": {k: v["within_pair"] for k, v in measured.items()}}, indent=1))
+    print(f"rerank head written to {out} ({data_s / 60:.1f} min of data, {train_s / 60:.1f} min of training)")
+    return 0
+
+
+def _shipped_backbone(work):
+    from training.backbone import tiny_world_checkpoint
+
+    return tiny_world_checkpoint(work / "tiny-world-checkpoint")
+
+
+def _index_m(model, seen: int) -> int:
+    """M, the evidence budget: the default index's (core.config), at least what the clips hold."""
+    from core.config import DEFAULT_MAX_EVIDENCE
+
+    return max(DEFAULT_MAX_EVIDENCE, seen)

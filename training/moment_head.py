@@ -1,0 +1,340 @@
+"""The QASLR rerank head for what one frame cannot show: trained by the paper's recipe on world queries
+about time (motion and change, order, count), measured against the frame tier on the same inputs.
+
+The head is the streaming head of models.head (Eq. 6-10) over the candidate's moments
+(models.windows: T clips of consecutive bank frames around its relevance peaks, in time order),
+conditioned on the query three ways: H_0 shifted by P_c q, one update over the query's token states
+before the first clip (``text_memory``: it reads the query's text), and s_ij = q · z_T (Eq. 1). Its
+memory update is gated (``update_gate``) and every clip's evidence has a "nothing here" sink.
+Only the head trains; the backbone is frozen (its evidence is computed once, training.moment_data).
+
+Loss per batch of queries, each with its candidates (the frame tier's first few, the query's own
+video the positive, its pair partner a hard negative, the other candidates it is true of masked):
+
+    L_final    Eq. 11  CE over each query's candidates of q · z_T / tau, co-positives masked
+    L_step     Eq. 12  the same at every step t (z_t after t clips), over queries whose positive has one
+    L_distill  Eq. 13  1 - z_t · sg(z_T) over each candidate's earlier steps
+    L = L_final + lambda_step L_step + lambda_distill L_distill                       (Eq. 14)
+
+with the paper's lambda_step = 0.1 and lambda_distill = 0.01, AdamW. A router, a logistic regression
+on q, learns which queries are about time (the decision of whether the head runs is made from it and
+from the frame tier's own evidence, engine.search); it is saved with the head (``router.json``).
+Every constant here was chosen on the development seeds (``MomentRecipe.dev_seeds``); the numbers a
+user reads come from benchmarks/bench_quality.py on seeds that chose nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from models.head import StreamingHead, StreamingHeadConfig, create_head, save_head
+from models.windows import WindowPlan
+from training.losses import LAMBDA_DISTILL, LAMBDA_STEP, distill_loss, final_loss, step_loss_conditioned
+from training.moment_data import QueryItem, Split
+
+logger = logging.getLogger(__name__)
+
+ROUTER_FILENAME = "router.json"
+
+
+@dataclass(frozen=True)
+class MomentRecipe:
+    train_seeds: tuple[int, ...] = (101, 102, 103, 104, 105, 106)
+    dev_seeds: tuple[int, ...] = (201, 202)  # every constant below was chosen on these
+    corpus: dict = field(
+        default_factory=lambda: dict(
+            videos=8, order_pairs=10, count_pairs=6, count3_pairs=6, motion_pairs=14,
+            min_duration_s=40.0, max_duration_s=120.0,
+        )
+    )  # fmt: skip
+    candidates: int = 6
+    windows: WindowPlan = WindowPlan()
+    think_tokens: int = 8
+    heads: int = 4
+    depth: int = 1
+    epochs: int = 40
+    batch: int = 16
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    init_temperature: float = 0.05
+    lambda_step: float = LAMBDA_STEP
+    lambda_distill: float = LAMBDA_DISTILL
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["windows"] = self.windows.to_dict()
+        return data
+
+
+def head_config(recipe: MomentRecipe, hidden: int, embed: int, max_evidence: int) -> StreamingHeadConfig:
+    return StreamingHeadConfig(
+        hidden_size=hidden,
+        embed_dim=embed,
+        num_think_tokens=recipe.think_tokens,
+        max_evidence_tokens=max_evidence,
+        num_heads=recipe.heads,
+        depth=recipe.depth,
+        init_temperature=recipe.init_temperature,
+        query_conditioning=True,
+        text_memory=True,
+        update_gate=True,
+        evidence_sink=True,
+        text_conditioning="none",
+        window_plan=recipe.windows,
+    )
+
+
+# -- batches --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    evidence: torch.Tensor  # [B*C, T, M, D]
+    evidence_mask: torch.Tensor  # [B*C, T, M]
+    step_mask: torch.Tensor  # [B*C, T]
+    q: torch.Tensor  # [B, d]
+    states: torch.Tensor  # [B*C, S, D] the query's token states, repeated per candidate
+    states_mask: torch.Tensor  # [B*C, S]
+    target: torch.Tensor  # [B]
+    valid: torch.Tensor  # [B, C] a real candidate (not padding)
+    true_of: torch.Tensor  # [B, C]
+    size: tuple[int, int]  # (B, C)
+
+
+def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
+    """The head's inputs for ``items``; ``order`` (per item, per candidate: a permutation of its
+    windows) feeds the Table 5 controls (shuffled, reversed clips)."""
+    b, c = len(items), max(len(i.candidates) for i in items)
+    t = max(len(w) for i in items for w in i.windows)
+    m = max(e[0].shape[0] for i in items for cand, ws in zip(i.candidates, i.windows, strict=True)
+            for e in (evidence[(cand, a, z)] for a, z in ws))  # fmt: skip
+    d_hidden = items[0].states.shape[-1]
+    s = max(i.states.shape[0] for i in items)
+    ev = torch.zeros(b * c, t, m, d_hidden)
+    emask = torch.zeros(b * c, t, m, dtype=torch.bool)
+    smask = torch.zeros(b * c, t, dtype=torch.bool)
+    states = torch.zeros(b * c, s, d_hidden)
+    qmask = torch.zeros(b * c, s, dtype=torch.bool)
+    valid = torch.zeros(b, c, dtype=torch.bool)
+    true_of = torch.zeros(b, c, dtype=torch.bool)
+    for i, item in enumerate(items):
+        for j, (cand, ws) in enumerate(zip(item.candidates, item.windows, strict=True)):
+            row = i * c + j
+            valid[i, j], true_of[i, j] = True, item.true_of[j]
+            steps = ws if order is None else [ws[k] for k in order(i, j, len(ws))]
+            for k, (a, z) in enumerate(steps):
+                tokens, mask = evidence[(cand, a, z)]
+                ev[row, k, : tokens.shape[0]] = tokens.float()
+                emask[row, k, : mask.shape[0]] = mask
+                smask[row, k] = True
+            n = item.states.shape[0]
+            states[row, :n] = item.states.float()
+            qmask[row, :n] = True
+    q = torch.stack([i.q for i in items])
+    target = torch.tensor([i.target for i in items])
+    return Batch(ev, emask, smask, q, states, qmask, target, valid, true_of, (b, c))
+
+
+def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
+    """(final [B, C, d], steps [B, C, T, d], step mask [B, C, T]) of every candidate under its query."""
+    b, c = batch.size
+    q_rows = batch.q.repeat_interleave(c, dim=0)
+    out = head(batch.evidence, batch.evidence_mask, batch.step_mask, reset_memory=reset_memory, query=q_rows,
+               query_states=batch.states, query_mask=batch.states_mask)  # fmt: skip
+    t = out.step_embeddings.shape[1]
+    return (
+        out.final.view(b, c, -1),
+        out.step_embeddings.view(b, c, t, -1),
+        out.step_mask.view(b, c, t),
+    )
+
+
+def batch_loss(head: StreamingHead, batch: Batch, recipe: MomentRecipe) -> dict[str, torch.Tensor]:
+    """Eq. 11-14 over one batch (module docstring)."""
+    final, steps, step_mask = run_head(head, batch)
+    tau = head.temperature
+    rows = torch.arange(batch.size[0])
+    positive = torch.zeros_like(batch.valid)
+    positive[rows, batch.target] = True
+    exclude = ~batch.valid | (batch.true_of & ~positive)  # padding and co-positives (Eq. 11)
+    l_final = final_loss(batch.q, final, tau, exclude=exclude, target=batch.target)
+    step_valid = step_mask & ~exclude[..., None]
+    l_step = step_loss_conditioned(batch.q, steps, step_valid, batch.target, tau)
+    b, c, t, d = steps.shape
+    l_distill = distill_loss(steps.reshape(b * c, t, d), step_mask.reshape(b * c, t))
+    total = l_final + recipe.lambda_step * l_step + recipe.lambda_distill * l_distill
+    return {"loss": total, "final": l_final, "step": l_step, "distill": l_distill}
+
+
+# -- training -------------------------------------------------------------------------------------------
+
+
+def train_head(train: list[Split], dev: list[Split], recipe: MomentRecipe, *, hidden: int, embed: int,
+               max_evidence: int, log=None) -> tuple[StreamingHead, list[dict]]:  # fmt: skip
+    """Train a head on ``train`` (Eq. 14, AdamW), evaluating on ``dev`` after every few epochs."""
+    torch.manual_seed(recipe.seed)
+    head = create_head(head_config(recipe, hidden, embed, max_evidence), seed=recipe.seed)
+    evidence = {k: v for s in train for k, v in s.evidence.items()}
+    items = [i for s in train for i in s.items]
+    opt = torch.optim.AdamW(head.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    steps_per_epoch = math.ceil(len(items) / recipe.batch)
+    total = recipe.epochs * steps_per_epoch
+    rng = np.random.default_rng(recipe.seed)
+    history = []
+    step = 0
+    started = time.perf_counter()
+    for epoch in range(recipe.epochs):
+        head.train()
+        order = rng.permutation(len(items))
+        for start in range(0, len(items), recipe.batch):
+            lr = recipe.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+            for group in opt.param_groups:
+                group["lr"] = lr
+            batch = make_batch([items[k] for k in order[start : start + recipe.batch]], evidence)
+            losses = batch_loss(head, batch, recipe)
+            opt.zero_grad(set_to_none=True)
+            losses["loss"].backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            opt.step()
+            step += 1
+        record = {"epoch": epoch + 1, "minutes": (time.perf_counter() - started) / 60,
+                  **{k: float(v.detach()) for k, v in losses.items()}, "temperature": float(head.temperature)}  # fmt: skip
+        if dev and ((epoch + 1) % 5 == 0 or epoch + 1 == recipe.epochs):
+            record["dev"] = evaluate(head, dev)["head"]
+        history.append(record)
+        if log is not None:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+        logger.info("epoch %d: %s", epoch + 1, record)
+    head.eval()
+    return head, history
+
+
+# -- evaluation -----------------------------------------------------------------------------------------
+
+CONTROLS = ("full", "shuffled", "reversed", "reset memory", "last clip only")
+
+
+@torch.no_grad()
+def scores(head: StreamingHead, items: list[QueryItem], evidence: dict, control: str = "full", *,
+           seed: int = 0, batch: int = 32) -> list[list[np.ndarray]]:  # fmt: skip
+    """Per item, per candidate: the readout scores q · z_t after each clip ([T]), under a Table 5
+    control ("shuffled" / "reversed" clips, "reset memory" before every clip with the readouts pooled
+    as training/README.md describes, "last clip only")."""
+    rng = np.random.default_rng(seed)
+
+    def order(i, j, n):
+        if control == "shuffled":
+            return list(rng.permutation(n))
+        if control == "reversed":
+            return list(range(n))[::-1]
+        if control == "last clip only":
+            return [n - 1]
+        return list(range(n))
+
+    out = []
+    for start in range(0, len(items), batch):
+        part = items[start : start + batch]
+        b = make_batch(part, evidence, order=order)
+        final, steps, mask = run_head(head, b, reset_memory=control == "reset memory")
+        if control == "reset memory":  # every clip read alone; their readouts pooled (normalised mean)
+            pooled = F.normalize((steps * mask[..., None]).sum(dim=2), dim=-1)
+            steps = pooled[:, :, None, :].expand_as(steps)
+        sims = torch.einsum("bd,bctd->bct", b.q, steps)
+        for i, item in enumerate(part):
+            out.append([sims[i, j, : int(mask[i, j].sum())].numpy() for j in range(len(item.candidates))])
+    return out
+
+
+def _metrics(items: list[QueryItem], choose) -> dict:
+    """Within-pair accuracy and Hit@1 among the candidates, per kind of query and overall."""
+    pair, hit = {}, {}
+    for item in items:
+        s = choose(item)
+        kinds = (item.kind, "all")
+        top = int(np.argmax(s))
+        for k in kinds:
+            hit.setdefault(k, []).append(item.true_of[top])
+        if item.partner is not None:
+            for k in kinds:
+                pair.setdefault(k, []).append(s[item.target] > s[item.partner])
+    return {
+        "within_pair": {k: float(np.mean(v)) for k, v in pair.items()},
+        "hit@1": {k: float(np.mean(v)) for k, v in hit.items()},
+        "queries": {k: len(v) for k, v in hit.items()},
+    }
+
+
+def evaluate(head: StreamingHead, splits: list[Split], *, controls: bool = False) -> dict:
+    """The head against the frame tier on the same candidates; with ``controls`` Table 5's controls
+    and Table 6's partial readouts (after 25 / 50 / 75 / 100 % of the clips)."""
+    items = [i for s in splits for i in s.items]
+    evidence = {k: v for s in splits for k, v in s.evidence.items()}
+    full = scores(head, items, evidence)
+    result = {
+        "frame tier": _metrics(items, lambda item: np.asarray(item.frame_scores)),
+        "head": _metrics(items, lambda item, it=iter(full): np.asarray([s[-1] for s in next(it)])),
+    }
+    if controls:
+        for control in CONTROLS[1:]:
+            got = scores(head, items, evidence, control)
+            result[control] = _metrics(
+                items, lambda item, it=iter(got): np.asarray([s[-1] for s in next(it)])
+            )
+        for share in (0.25, 0.5, 0.75):
+
+            def partial(item, it=iter(full), share=share):
+                return np.asarray([s[max(0, math.ceil(share * len(s)) - 1)] for s in next(it)])
+
+            result[f"after {round(100 * share)} %"] = _metrics(items, partial)
+    return result
+
+
+# -- the router -----------------------------------------------------------------------------------------
+
+
+def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, seed: int = 0) -> dict:
+    """A logistic regression on q: is the query about time (an order, a count, a change) rather than
+    an event alone. Returns its weights, bias and threshold with its accuracy on ``dev``."""
+    torch.manual_seed(seed)
+
+    def data(splits):
+        items = [i for s in splits for i in s.items]
+        x = torch.stack([i.q for i in items])
+        y = torch.tensor([float(i.kind != "event") for i in items])
+        return x, y
+
+    x, y = data(train)
+    layer = torch.nn.Linear(x.shape[1], 1)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.05, weight_decay=1e-3)
+    for _ in range(epochs):
+        loss = F.binary_cross_entropy_with_logits(layer(x).squeeze(1), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    result = {"weight": layer.weight[0].tolist(), "bias": float(layer.bias), "threshold": 0.5}
+    with torch.no_grad():
+        for name, splits in (("train", train), ("dev", dev)):
+            if splits:
+                xs, ys = data(splits)
+                p = torch.sigmoid(layer(xs).squeeze(1))
+                result[f"{name}_accuracy"] = float(((p >= 0.5).float() == ys).float().mean())
+    return result
+
+
+def save(head: StreamingHead, router: dict, out: Path, record: dict) -> Path:
+    """The head (models.head.save_head), its router and what it took, in ``out``."""
+    save_head(head, out)
+    (out / ROUTER_FILENAME).write_text(json.dumps(router, indent=1) + "\n")
+    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+    return out
