@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_backbone_threads.py [--sizes 1 8 16 64] [--calls 12] [--json out.json]
 
-The batcher (engine.batching) merges the stage-2 backbone work of concurrent searches into shared
+The batcher (engine.runtime.batching) merges the stage-2 backbone work of concurrent searches into shared
 calls on its worker threads. Whether that raises throughput on a CPU depends on two things this
 prints side by side, for ``Backbone.embed_images`` on the shipped tiny-world backbone at the index's
 working size (the refine step's call, engine.refine):

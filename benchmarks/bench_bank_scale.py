@@ -67,7 +67,7 @@ def _time(fn, repeats: int) -> float:
 
 
 def bench(candidates: int, frames: int, d: int, k: int, repeats: int) -> dict:
-    from engine.hits import Hit
+    from engine.results import Hit
     from engine.tiers.base import RerankStats, TierRequest
     from engine.tiers.encoded import EncodeTier
     from engine.tiers.frame import FrameTier

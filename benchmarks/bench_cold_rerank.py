@@ -164,13 +164,11 @@ def measure(index: Path, model: Path, args, tag: str) -> dict:
     rows = {"cold": [], "warm": [], "cold_decode": [], "warm_decode": []}
     frames = {"store_frames": 0, "decoded_frames": 0, "cache_hits": 0}
     try:
-        engine.searcher.search({"query": "warm-up"})  # first-call costs (threads, allocators)
+        engine.search_sync({"query": "warm-up"})  # first-call costs (threads, allocators)
         for query in QUERIES[: args.queries]:
             clear(engine.cache)
             for kind in ("cold", "warm"):
-                out = engine.searcher.search(
-                    {"query": query, "shortlist": args.shortlist, "frames": args.frames}
-                )
+                out = engine.search_sync({"query": query, "shortlist": args.shortlist, "frames": args.frames})
                 t = out.timings_ms
                 rows[kind].append(sum(t[s] for s in rerank) / 1e3)
                 rows[f"{kind}_decode"].append(t["decode"] / 1e3)
@@ -209,7 +207,7 @@ def compare_codecs(index: Path, model: Path, args) -> list[dict]:
     import torch
 
     from core.config import QFRAME_TEMPERATURE
-    from engine.hits import Hit
+    from engine.results import Hit
     from engine.tiers.base import RerankStats, TierRequest
     from engine.tiers.oneshot import OneShotTier
     from indexer.assembly import encoder_for, load_model_for_index

@@ -239,7 +239,7 @@ def run(engine, queries, args, *, sources: str, speech=None) -> dict:
         request = {"query": query, "sources": sources, "top_k": args.shortlist, "shortlist": args.shortlist,
                    "frames": args.frames}  # fmt: skip
         t = time.perf_counter()
-        out = engine.searcher.search(request)
+        out = engine.search_sync(request)
         rows["ms"].append((time.perf_counter() - t) * 1e3)
         rows["spoken_ms"].append(out.timings_ms.get("spoken", 0.0))
         ids = [h.video_id for h in out.hits]

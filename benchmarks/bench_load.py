@@ -13,7 +13,7 @@ one-shot with the shipped tiny-world backbone (``indexer build``), then starts `
                     stage-2 backbone work of all requests (heavy-tier clips, queries, the frames that
                     refine the top moment) in shared backbone calls; the server's default, so on a
                     CPU of 2+ cores each batcher thread has a model process of its own for the
-                    query and image calls (engine.model_process)
+                    query and image calls (engine.runtime.model_process)
     batched-one-process  the same with ``QASLR_MODEL_PROCESSES=0``: every backbone call in the server
                     process (what the model processes buy)
     batched-search-nice-0  (only when asked) the same with ``QASLR_SEARCH_NICE=0``: its search threads
@@ -136,7 +136,7 @@ class CpuMeter:
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def _family(self) -> float:
-        """CPU seconds of the server and its child processes (its model processes, engine.model_process):
+        """CPU seconds of the server and its child processes (its model processes, engine.runtime.model_process):
         the live children's own time, and the time of children it has waited for."""
         total = 0.0
         for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -12,7 +12,7 @@ world's phrasings; ``--order-pairs`` mirror pairs (A then B / B then A) queried 
 phrasings; and ``--count-pairs`` count pairs (one event shown once / twice, the showings at least
 20 s apart, over the same haystack) queried with count phrasings ("a red square appears twice").
 It indexes them (K = 128 uniform frames, the default frame bank) with the shipped
-tiny-world backbone, loads the engine, and runs every query through ``Searcher.search`` in each
+tiny-world backbone, loads the engine, and runs every query through ``Engine.search_sync`` in each
 mode, in one run:
 
     stage 1                     ``mode=indexed``: the stage-1 ranking of v_j (uniform single-round)
@@ -188,7 +188,6 @@ def build(manifest: Path, index: Path, model: Path, head: Path | None, bank: int
 
 def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
     """Metrics of one mode over single-event queries, and each query's (top-1 id, v_ij of the right video)."""
-    searcher = engine.searcher
     rows: dict[str, list[float]] = {k: [] for k, _, _ in METRICS}
     lens, seen, stages = [], {}, {}
     for query, right in queries:
@@ -197,7 +196,7 @@ def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
             "frames": args.frames, "exit_threshold": mode.exit_threshold, **dict(mode.request),
         }  # fmt: skip
         t = time.perf_counter()
-        result = searcher.search(request)
+        result = engine.search_sync(request)
         rows["latency_ms"].append((time.perf_counter() - t) * 1e3)
         rows["stage2_ms"].append(sum(result.timings_ms.get(k, 0.0) for k in STAGE2))
         rows["moments_ms"].append(sum(result.timings_ms.get(k, 0.0) for k in MOMENTS))
@@ -264,17 +263,17 @@ def no_match(engine, corpus, args) -> dict:
     base = {"mode": "frames", "top_k": 1, "shortlist": args.shortlist, "include_evidence": False}
     hits, absent, out = [], [], []
     for query, right in corpus.queries("single"):
-        top = engine.searcher.search({**base, "query": query}).hits[0]
+        top = engine.search_sync({**base, "query": query}).hits[0]
         if top.video_id == right:
             hits.append(top.relevance)
         others = [t for vid, t in titles.items() if vid != right]
         absent.append(
-            engine.searcher.search({**base, "query": query, "filter": {"title": {"in": others}}})
+            engine.search_sync({**base, "query": query, "filter": {"title": {"in": others}}})
             .hits[0]
             .relevance
         )
     for query in OUT_OF_WORLD:
-        out.append(engine.searcher.search({**base, "query": query}).hits[0].relevance)
+        out.append(engine.search_sync({**base, "query": query}).hits[0].relevance)
     return {
         "match_above": float(np.mean(np.array(hits) >= MIN_RELEVANCE)) if hits else float("nan"),
         "absent_below": float(np.mean(np.array(absent) < MIN_RELEVANCE)),
@@ -301,7 +300,7 @@ def pair_accuracy(engine, corpus, kind: str, mode: Mode, args, *, within_pair: b
             request["filter"] = {"group": group}
         if "heavy" in request:  # the shortlist is the whole (smaller) corpus or pair
             request["heavy"] = min(request["heavy"], n)
-        ids = [h.video_id for h in engine.searcher.search(request).hits]
+        ids = [h.video_id for h in engine.search_sync(request).hits]
         if within_pair and set(ids) != {right, partner}:  # e.g. a corpus cached before pairs had groups
             raise SystemExit(
                 f"a search restricted to the pair {group} found {sorted(ids)}: its index lacks the pairs' "

@@ -192,7 +192,7 @@ def run_modes(engine, queries: list[str], modes: dict[str, dict], s: Settings, d
             if i > 1 and time.perf_counter() > deadline:
                 break
             t = time.perf_counter()
-            outcome = engine.searcher.search({**request, "query": query})
+            outcome = engine.search_sync({**request, "query": query})
             _sync()
             if i == 0:
                 continue

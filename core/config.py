@@ -43,10 +43,10 @@ DEFAULT_MAX_EVIDENCE = 256  # M: evidence tokens kept per clip
 # (the tiny-world checkpoint does: `qaslr make-checkpoint --preset tiny-world`); the engine serves it
 # when no head is named (engine.loader.load_rerank_model).
 CHECKPOINT_HEAD_DIR = "rerank_head"
-# Added to the stage-2 batcher threads' nice value on Linux (engine.batching), so that the cheap stages of
+# Added to the stage-2 batcher threads' nice value on Linux (engine.runtime.batching), so that the cheap stages of
 # other searches go first on a busy CPU (benchmarks/bench_load.py: stage-1 p95 under rerank load)
 BATCH_NICE = 10
-# Added to the search threads' nice value on Linux (engine.worker): a rerank search's own stages yield a
+# Added to the search threads' nice value on Linux (engine.runtime.admission): a rerank search's own stages yield a
 # busy core to the light lane's stage-1 searches, and take one from the batched encodes (BATCH_NICE is more).
 SEARCH_NICE = 5
 # Searches whose cheap stages run at once (with batching) when none are configured: the cores plus one.

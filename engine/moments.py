@@ -161,3 +161,11 @@ def run_span(run: RelevanceRun, timestamps: np.ndarray, frame_s: float, duration
     if duration is not None:
         end = min(end, duration)
     return float(start), float(max(start, end))
+
+
+def bank_relevance(index, hit, q: np.ndarray) -> np.ndarray:
+    """q·f_c over ``hit``'s frame bank: computed on first use in a search and kept on the hit, so the
+    frame tier, selection, evidence, moments, timelines and clips of one search share one product."""
+    if hit.bank_relevance is None:
+        hit.bank_relevance = relevance_scores(index.frame_bank(hit.video_id).embeddings, q)
+    return hit.bank_relevance

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.batching import IMAGES
 from engine.frames import FrameSource, FrameStats
 from engine.moments import RelevanceRun, duration_of
+from engine.runtime.policy import IMAGES
 
 FRAMES_PER_EDGE = 8  # at most this many source frames scored inside each edge's gap
 
@@ -25,7 +25,7 @@ class MomentRefiner:
         self.backbone = backbone
         self.frames = frames
         self.per_edge = int(per_edge)
-        # engine.batching.EncodeBatcher shared by concurrent searches (None: embed here)
+        # engine.runtime.batching.EncodeBatcher shared by concurrent searches (None: embed here)
         self.batcher = batcher
 
     def _embed(self, frames: list, clock) -> torch.Tensor:

@@ -221,7 +221,7 @@ def redact_logs(settings: Settings):
         if password:
             secrets.append(password)
     paths = [str(p) for p in (settings.index, settings.head) if p]
-    if Path(settings.model).exists():  # a local checkpoint directory (a hub id is not a path)
+    if settings.model and Path(settings.model).exists():  # a local checkpoint directory (not a hub id)
         paths.append(str(settings.model))
     paths += [str(Path(p).resolve()) for p in paths]
     redactor = Redactor(secrets, paths)

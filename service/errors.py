@@ -5,6 +5,9 @@ and every error body is ``{"error": {"code", "message", "field"?}, "request_id"}
 exceptions are logged with their stack trace under the request id and answered with a generic
 500: no stack trace, exception text or file path ever reaches a client.
 
+The engine's refusals (:mod:`engine.errors`) become HTTP answers through one table,
+:data:`ENGINE_REFUSALS` (:func:`engine_refusal`).
+
 A body that cannot be parsed at all (not UTF-8, not JSON) is a 422 ``validation_error`` on the field
 ``body``, like any other invalid body (the framework's own answer would be an undocumented 400), and
 a body larger than ``MAX_BODY_BYTES`` (more on the search routes, which take image queries) is
@@ -17,12 +20,22 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.errors import (
+    DeadlineExceeded,
+    InvalidRequest,
+    ModelProcessDied,
+    QueueFull,
+    SearchCancelled,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +62,56 @@ class ApiError(Exception):
         self.message = message
         self.field = field
         self.headers = headers or {}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """How one kind of engine error is answered."""
+
+    status: int
+    code: str
+    message: str | None  # over {capacity} and {timeout}; None: the error's own text (it names its field)
+    retry_after: str | None = None
+    reason: str | None = None  # qaslr_rejected_total's label
+
+
+# the engine's refusals, most specific first; anything else the engine raises is a 500
+ENGINE_REFUSALS: dict[type[Exception], Refusal] = {
+    QueueFull: Refusal(
+        429, "queue_full", "the search queue is full ({capacity} searches in progress); retry shortly", "1",
+        "queue_full",
+    ),
+    DeadlineExceeded: Refusal(  # also engine.errors.WorkerTimeout: the wait for admission ran out
+        503, "deadline_exceeded", "the search did not finish within the {timeout:g} s deadline (the server is "
+        "busy or the request is large: try again, or lower shortlist/frames)", "5", "deadline",
+    ),
+    ModelProcessDied: Refusal(  # its backbone work was lost with the process, which restarts
+        503, "model_restarting", "the model process running this search's backbone work ended and is "
+        "restarting; retry shortly", "5", "model_restarting",
+    ),
+    SearchCancelled: Refusal(  # also engine.errors.EncodeCancelled; nobody reads this answer
+        499, "client_closed_request", "the client went away; the search was stopped", None, "cancelled"
+    ),
+    InvalidRequest: Refusal(422, "validation_error", None),
+}  # fmt: skip
+
+
+def engine_refusal(
+    exc: BaseException, *, capacity: int, timeout: float, rejected: Callable[[str], None] | None = None
+) -> ApiError | None:
+    """The HTTP answer to an engine error (None: not one of :data:`ENGINE_REFUSALS`, let it
+    propagate); ``rejected(reason)`` counts it."""
+    for kind, refusal in ENGINE_REFUSALS.items():
+        if not isinstance(exc, kind):
+            continue
+        if refusal.reason is not None and rejected is not None:
+            rejected(refusal.reason)
+        if refusal.message is None:
+            return ApiError(refusal.status, refusal.code, str(exc), field=getattr(exc, "field", None))
+        headers = {"Retry-After": refusal.retry_after} if refusal.retry_after else None
+        message = refusal.message.format(capacity=capacity, timeout=timeout)
+        return ApiError(refusal.status, refusal.code, message, headers=headers)
+    return None
 
 
 def error_body(code: str, message: str, *, field: str | None = None) -> dict:

@@ -76,7 +76,7 @@ class Metrics:
             buckets=QUEUE_BUCKETS,
             registry=r,
         )
-        # per kind of batched backbone work (engine.batching): clips, queries, images
+        # per kind of batched backbone work (engine.runtime.batching): clips, queries, images
         self.batch_clips = Histogram(
             "qaslr_batch_clips", "items (clips, queries or images) per batched backbone call", ["kind"],
             buckets=SIZE_BUCKETS, registry=r,
@@ -125,7 +125,7 @@ class Metrics:
             self.cache_hit_ratio.set(self._hits / self._lookups)
 
     def observe_batch(self, batch) -> None:
-        """One batched encode call (engine.batching.BatchStats)."""
+        """One batched encode call (engine.runtime.batching.BatchStats)."""
         self.batch_clips.labels(batch.kind).observe(batch.clips)
         self.batch_frames.labels(batch.kind).observe(batch.frames)
         self.batch_requests.labels(batch.kind).observe(batch.requests)

@@ -1,4 +1,4 @@
-"""Search answers: an engine :class:`engine.searcher.SearchOutcome` shaped into the API's schema."""
+"""Search answers: an engine :class:`engine.results.SearchOutcome` shaped into the API's schema."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Per-app runtime state: settings, metrics, the model worker and the engine as it loads."""
+"""Per-app state: settings, metrics, and the engine as it loads (the engine owns its runtime:
+admission, search threads, the batcher; engine.runtime)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ from collections.abc import Callable
 
 from fastapi import Request
 
-from core.config import LIGHT_LANE_THREADS
-from engine.worker import ModelWorker, auto_cpu_slots
 from service.errors import ApiError
 from service.metrics import Metrics
 from service.settings import Settings
@@ -34,15 +33,6 @@ class AppState:
     def __init__(self, settings: Settings, engine=None):
         self.settings = settings
         self.metrics = Metrics()
-        threads = (settings.search_threads or settings.queue_size + 1) if settings.batching else 1
-        self.worker = ModelWorker(
-            settings.queue_size,
-            threads=threads,
-            light_threads=LIGHT_LANE_THREADS if settings.batching else 0,  # 0: the old single thread
-            cpu_slots=(settings.cpu_slots or auto_cpu_slots()) if settings.batching else 0,
-            search_nice=settings.search_nice if settings.batching else 0,
-            on_depth=self.metrics.queue_depth.set,
-        )
         self._engine_arg = engine
         self.engine = None
         self.status = "loading"
@@ -84,16 +74,11 @@ class AppState:
         self._set_ready(engine, owned=factory is None)
 
     def _set_ready(self, engine, *, owned: bool) -> None:
-        cache = getattr(engine, "cache", None)
-        if cache is not None and getattr(cache, "on_error", "absent") is None:
-            cache.on_error = lambda exc: self.metrics.redis_errors.inc()
-        batcher = getattr(engine, "batcher", None)
-        if batcher is not None and batcher.on_batch is None:
-            batcher.on_batch = self.metrics.observe_batch
-        if batcher is not None and self.worker.threads > 1 and batcher.peers is None:
-            # a batch starts once every running search is in it (engine.batching)
-            batcher.peers = lambda: self.worker.running
-            self.worker.on_search_done = batcher.wake
+        engine.observe(
+            queue_depth=self.metrics.queue_depth.set,
+            batch=self.metrics.observe_batch,
+            cache_error=lambda exc: self.metrics.redis_errors.inc(),
+        )
         self.engine = engine
         self._owns_engine = owned
         self.status = "ready"
@@ -137,7 +122,7 @@ class AppState:
         return info
 
     def shutdown(self) -> None:
-        self.worker.shutdown()
+        """Close the engine this app loaded (its runtime with it); one handed in is its owner's."""
         if self.engine is not None and self._owns_engine:
             self.engine.close()
 

@@ -109,11 +109,37 @@ def tiny_world_checkpoint(tmp_path_factory) -> Path:
 # qaslr_index alone takes about a minute on 2 shared cores). A service test that needs one is slow:
 # `pytest -m "not slow"`, the fast lane, leaves it out; plain `pytest` runs it.
 INDEX_BUILDING_FIXTURES = frozenset({"qaslr_index", "oneshot_index", "small_index", "web_index", "indexes"})
+# What a test needs beyond Python, by the fixture that provides it (pyproject.toml registers the
+# markers; tests that reach for it without such a fixture carry the marker themselves):
+#   redis    a Redis server (the machine's on 127.0.0.1:6379, or redis-server to start one)
+#   browser  Chromium, chromedriver and selenium
+#   ray      ray[data] (the `ray` extra)
+#   root     root: network or mount namespaces (`unshare`)
+#   gpu      a CUDA device (skipped without one)
+NEEDS_BY_FIXTURE = {
+    "own_redis": ("redis",),
+    "shared_redis_prefix": ("redis",),
+    "driver": ("browser",),
+    "ray_bin": ("ray", "root"),
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     service = Path(__file__).resolve().parent / "service"
     for item in items:
-        if service in Path(item.path).parents and INDEX_BUILDING_FIXTURES & set(item.fixturenames):
+        fixtures = set(item.fixturenames)
+        if service in Path(item.path).parents and INDEX_BUILDING_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        for name in sorted(
+            {need for f in fixtures & NEEDS_BY_FIXTURE.keys() for need in NEEDS_BY_FIXTURE[f]}
+        ):
+            item.add_marker(getattr(pytest.mark, name))
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device (marker gpu)")

@@ -1,5 +1,6 @@
-"""The architecture rules, in one place: which package may import which, where SQL and file
-replacement live, which packages stay free of the web stack, and how long a module may grow."""
+"""The architecture rules, in one place: which package may import which, that no import circle
+exists, where SQL and file replacement live, which packages stay free of the web stack, how long a
+module (and an engine function) may grow."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ PACKAGES = (
     "scripts",
 )
 MAX_MODULE_LINES = 600
+MAX_ENGINE_FUNCTION_LINES = 80
 WEB_STACK = ("fastapi", "starlette", "pydantic_settings")
 # packages that must import none of WEB_STACK (the web service is service/'s alone)
 WEB_FREE = ("core", "models", "indexer", "engine", "training", "world")
@@ -42,6 +44,109 @@ def _imported(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return names
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (anywhere in it: at the top, inside a function or a
+    TYPE_CHECKING block; ``from pkg import name`` counts ``pkg.name`` when that is a module)."""
+    paths = {_module_name(root, p): p for package in packages for p in sorted((root / package).rglob("*.py"))}
+
+    def known(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in paths.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the importing module's package
+                    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    edges.add(full if full in paths else known(base))
+        graph[name] = {e for e in edges if e and e != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_circle_anywhere_in_the_project():
+    """No module of the project's packages reaches itself through imports (not even through an import
+    inside a function): each package is a stack of modules, and engine/'s result types and errors
+    are leaves."""
+    assert import_cycles(import_graph(ROOT)) == []
+
+
+def test_the_result_types_and_errors_are_leaves_of_the_engine():
+    graph = import_graph(ROOT)
+    for leaf in ("engine.results", "engine.errors"):
+        assert {m for m in graph[leaf] if m.startswith("engine")} == set(), leaf
+
+
+def test_the_cycle_check_sees_a_circle(tmp_path):
+    """The import graph follows absolute, relative and function-level imports, and the check finds
+    the circle they close."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import thing\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    from . import c\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
+    (tmp_path / "pkg" / "d.py").write_text("from pkg import a\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.d"] == {"pkg.a"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_no_engine_function_is_over_the_line_limit():
+    """A function of engine/ over MAX_ENGINE_FUNCTION_LINES lines is split into steps."""
+    long = {}
+    for path in _modules("engine"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_ENGINE_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = lines
+    assert long == {}, f"over {MAX_ENGINE_FUNCTION_LINES} lines: {long}"
 
 
 def test_indexer_does_not_import_the_command_line_or_service():

@@ -4,7 +4,7 @@ A tier re-scores some candidates of the shortlist (paper §3.1, §A.4: stage 2 o
 stage 1 found) and returns the whole list in its new order. Tiers differ in what they pay: the
 frame tier reads the stored frame bank (no backbone call), the encoding tiers re-encode selected
 frames under the query (one-shot, or the streaming head). A new tier is one new module in this
-package that subclasses :class:`Tier` and registers itself with :func:`engine.tiers.register`.
+package that subclasses :class:`Tier` and registers itself with :func:`register`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from engine.frames import FrameStats
-from engine.hits import Hit
+from engine.results import Hit
 
 
 @dataclass
@@ -37,7 +37,7 @@ class TierRequest:
     frames: int  # K': frames selected per candidate
     seed: int  # the request's selection seed (combined per query and candidate: models.selection)
     stats: RerankStats
-    clock: object  # engine.searcher's stage clock: .stage(name), .move(a, b, seconds), .check()
+    clock: object  # engine.search.clock.StageClock: .stage(name), .move(a, b, seconds), .check()
     exit_threshold: float | None = None
     on_update: Callable[[list[Hit]], None] | None = None
     chunk: int | None = None  # candidates between two progress updates
@@ -64,3 +64,14 @@ class Tier:
     def run(self, request: TierRequest, hits: list[Hit]) -> list[Hit]:
         """Re-score ``hits`` (all of them) in place and return them in the tier's order."""
         raise NotImplementedError
+
+
+TIERS: dict[str, type[Tier]] = {}
+
+
+def register(cls: type[Tier]) -> type[Tier]:
+    """Class decorator: make ``cls`` available by ``cls.name``."""
+    if cls.name in TIERS and TIERS[cls.name] is not cls:
+        raise ValueError(f"a stage-2 tier named {cls.name!r} is already registered")
+    TIERS[cls.name] = cls
+    return cls

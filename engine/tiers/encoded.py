@@ -14,7 +14,7 @@ How the frames are encoded is the subclass's: one-shot (:mod:`engine.tiers.onesh
 streaming head (:mod:`engine.tiers.head`), the same pathway for every candidate it is given (one
 score space per ranking). The seed is derived as training derives it (models.selection.
 selection_seed). The moment is not a tier's: every mode takes it from per-frame relevance by one
-rule (engine.moments, engine.searcher). Candidates are processed in chunks (``encode_chunk``); after
+rule (engine.moments, engine.search.evidence). Candidates are processed in chunks (``encode_chunk``); after
 each chunk ``on_update`` sees the hits so far (progressive results). A candidate whose frames
 cannot be read keeps its earlier rank.
 """
@@ -27,7 +27,8 @@ import torch
 
 from core.errors import summarize
 from engine.frames import FrameSource
-from engine.hits import EvidenceItem, Hit, bank_relevance, ordered
+from engine.moments import bank_relevance
+from engine.results import EvidenceItem, Hit, ordered
 from engine.tiers.base import Tier, TierRequest
 from models.backbone import VideoClip
 from models.selection import query_aware_positions, selection_seed
@@ -40,7 +41,7 @@ class EncodeTier(Tier):
     """Stage 2 over one index with one encoder."""
 
     heavy = True
-    batcher = None  # engine.batching.EncodeBatcher shared by concurrent searches (None: encode here)
+    batcher = None  # engine.runtime.batching.EncodeBatcher shared by concurrent searches (None: encode here)
 
     def __init__(
         self,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from core.config import FRAME_AGGREGATE, FrameAggregate
-from engine.hits import Hit, bank_relevance, ordered
-from engine.tiers import register
-from engine.tiers.base import Tier, TierRequest
+from engine.moments import bank_relevance
+from engine.results import Hit, ordered
+from engine.tiers.base import Tier, TierRequest, register
 
 
 def frame_score(relevance: np.ndarray, aggregate: str = FRAME_AGGREGATE, *, rows=None) -> float:

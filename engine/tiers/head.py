@@ -6,15 +6,15 @@ Each hit keeps its readout similarity after every step, q·z_t, for the relevanc
 Every candidate it is given streams, however few its frames (a candidate with fewer selected frames
 than L streams as the clips Eq. 3 cuts it into, as the training features stream it): one ranking,
 one score space. §3.1's short-input rule is the searcher's, for a whole request (K' <= L goes to the
-one-shot tier, engine.searcher)."""
+one-shot tier, engine.search.cascade)."""
 
 from __future__ import annotations
 
 import torch
 
-from engine.hits import Hit
 from engine.moments import duration_of, frame_span
-from engine.tiers import register
+from engine.results import Hit
+from engine.tiers.base import register
 from engine.tiers.encoded import EncodeTier
 from models.streaming import ExitPolicy
 

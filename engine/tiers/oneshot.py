@@ -4,7 +4,7 @@ encoder's TextConditioning says."""
 
 from __future__ import annotations
 
-from engine.tiers import register
+from engine.tiers.base import register
 from engine.tiers.encoded import EncodeTier
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.hits import Hit, ordered
 from engine.moments import duration_of, relevance_runs, relevance_scores, run_span
 from engine.relevance import relevance
-from engine.tiers import register
-from engine.tiers.base import Tier, TierRequest
+from engine.results import Hit, ordered
+from engine.tiers.base import Tier, TierRequest, register
 from models.time_head import TimeHead, centred
 from models.time_query import TimeQuery, parse_time_query
 
@@ -57,7 +56,7 @@ class TimeTier(Tier):
                 hit.score = score
                 hit.reranked = True
                 hit.tier = self.name
-                # its relevance is its weakest event's (engine.searcher): each event's best frame
+                # its relevance is its weakest event's (engine.search.evidence): each event's best frame
                 hit.events = events
                 hit.event_peaks = r.max(axis=0) if len(r) else None
                 hit.moment = time_moment(bank, x, plan, hit.record)

@@ -1,5 +1,6 @@
-"""Search an index from the command line, through the engine alone (no server): the same two
-stages, cascade and moments as ``POST /search``.
+"""Search an index from the command line, through the engine alone (no server): the same engine
+object, stages, cascade and moments as ``POST /search``. One query pays for what it uses: no model
+processes and no warm-up (``model_processes=0``), so it answers in seconds.
 
     qaslr search "a red square appears" --index data/index [--model DIR] [--top-k 5] [--mode rerank]
     qaslr search "a red square appears" --index data/index --json     # the whole answer as JSON
@@ -41,18 +42,16 @@ def run(args: argparse.Namespace) -> int:
 
     from core.errors import ConfigurationError
     from engine import EngineConfig, load_engine
-    from engine.searcher import InvalidRequest
-    from indexer.store import IndexReader
+    from engine.errors import EngineError
 
     index = Path(args.index)
     if not (index / "manifest.json").exists():
         print(f"qaslr search: {index} is not an index (no manifest.json); build one with `indexer build`")
         return 2
-    model = args.model
-    if model is None:
-        with IndexReader(index) as reader:
-            model = reader.manifest.backbone_id
-    config = EngineConfig(index=index, model=model, head=args.head, rerank_head=args.rerank_head)
+    # the backbone: --model, else the one the index records (the engine's lowest layer)
+    config = EngineConfig(
+        index=index, model=args.model, head=args.head, rerank_head=args.rerank_head, model_processes=0
+    )
     try:
         engine = load_engine(config)
     except (ConfigurationError, OSError, ValueError) as exc:
@@ -64,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             request[name] = getattr(args, name)
     try:
-        outcome = engine.searcher.search(request)
-    except InvalidRequest as exc:
+        outcome = engine.search_sync(request)
+    except EngineError as exc:
         print(f"qaslr search: {exc}")
         return 2
     finally:

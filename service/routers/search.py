@@ -1,5 +1,8 @@
-"""``POST /search`` and ``POST /search/stream``: validate, hand the search to the model worker, shape
-the answer (the stream sends the stage-1 ranking at once, then each stage-2 update, then the answer)."""
+"""``POST /search`` and ``POST /search/stream``: HTTP to one engine call and back. The request is
+validated and resolved once (``Engine.resolve``), searched by ``Engine.search`` (the engine's runtime
+admits it and runs it), and its answer shaped (the stream sends the stage-1 ranking at once, then each
+stage-2 update, then the answer); an engine refusal becomes its status through one table
+(``service.errors.ENGINE_REFUSALS``)."""
 
 from __future__ import annotations
 
@@ -13,14 +16,9 @@ from collections import Counter
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from core.config import SearchMode
-from engine.batching import EncodeCancelled
-from engine.model_process import ModelProcessDied
-from engine.searcher import DeadlineExceeded, InvalidRequest, SearchCancelled
-from engine.worker import QueueFull, WorkerTimeout
 from service import images
 from service.auth import require_api_key
-from service.errors import ApiError, error_body
+from service.errors import ApiError, engine_refusal, error_body
 from service.honesty import answer_warnings
 from service.paging import InvalidPageToken, StalePageToken, decode_page_token, ranking_digest
 from service.responses import to_response, to_result
@@ -59,14 +57,13 @@ class _Prepared:
 
 
 async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | None = None) -> _Prepared:
-    """The engine and the resolved request: the image decoded, the page token checked."""
+    """The engine and the request resolved once: the image decoded, the page token checked."""
     engine = state.require_engine()
-    searcher = engine.searcher
     image, image_hash = None, None
     if body.image is not None:
         try:
             image, image_hash = await asyncio.to_thread(
-                images.query_image, body.image, frame_size=searcher.frames.frame_size
+                images.query_image, body.image, frame_size=engine.frame_size
             )
         except images.ImageError as exc:
             raise ApiError(exc.status, exc.code, str(exc), field="image") from None
@@ -99,90 +96,22 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
         "update_chunk": update_chunk,
     }
     try:
-        params = searcher.resolve(_heavy_within_shortlist(searcher, request))
-    except InvalidRequest as exc:
-        raise ApiError(422, "validation_error", str(exc), field=exc.field) from None
+        # ``heavy`` above the shortlist re-encodes the whole shortlist (and the answer says so): the
+        # schema cannot bound one field by another, so the API does not refuse what it documents
+        params = engine.resolve(request, clamp_heavy=True)
+    except Exception as exc:
+        raise _refusal(exc, state) or exc from None
     return _Prepared(engine, params, digest)
 
 
-def _heavy_within_shortlist(searcher, request: dict) -> dict:
-    """``heavy`` above the shortlist re-encodes the whole shortlist (and the answer says so): the
-    schema cannot state a bound that depends on another field, so the API does not refuse what it
-    documents (as a shortlist below top_k is raised to it); the engine itself refuses it."""
-    heavy = request.get("heavy")
-    if heavy is None:
-        return request
-    shortlist = searcher.resolve({**request, "heavy": None}).shortlist
-    if heavy <= shortlist:
-        return request
-    note = (
-        f"heavy {heavy} is more than the shortlist ({shortlist}): the heavy tier re-encodes all {shortlist}"
-    )
-    return {**request, "heavy": shortlist, "notes": [note]}
-
-
 def _refusal(exc: BaseException, state: AppState) -> ApiError | None:
-    """The HTTP answer to an exception from the worker (None: not ours, let it propagate)."""
-    timeout = state.settings.request_timeout_s
-    if isinstance(exc, QueueFull):
-        state.metrics.rejected.labels("queue_full").inc()
-        return ApiError(
-            429,
-            "queue_full",
-            f"the search queue is full ({state.worker.capacity} searches in progress); retry shortly",
-            headers={"Retry-After": "1"},
-        )
-    if isinstance(exc, WorkerTimeout | DeadlineExceeded):
-        state.metrics.rejected.labels("deadline").inc()
-        return ApiError(
-            503,
-            "deadline_exceeded",
-            f"the search did not finish within the {timeout:g} s deadline (the server is busy or the request "
-            "is large: try again, or lower shortlist/frames)",
-            headers={"Retry-After": "5"},
-        )
-    if isinstance(exc, ModelProcessDied):  # its backbone work was lost with the process, which restarts
-        state.metrics.rejected.labels("model_restarting").inc()
-        return ApiError(
-            503,
-            "model_restarting",
-            "the model process running this search's backbone work ended and is restarting; retry shortly",
-            headers={"Retry-After": "5"},
-        )
-    if isinstance(exc, SearchCancelled | EncodeCancelled):
-        state.metrics.rejected.labels("cancelled").inc()  # nobody reads this answer
-        return ApiError(499, "client_closed_request", "the client went away; the search was stopped")
-    if isinstance(exc, InvalidRequest):
-        return ApiError(422, "validation_error", str(exc), field=exc.field)
-    return None
-
-
-def _job(prep: _Prepared, state: AppState, on_update=None, gone: threading.Event | None = None):
-    """The search as a worker job. ``timings_ms.queue`` is its wait for a search thread, and
-    ``total`` includes it (and the heavy tier's wait in the batcher, ``heavy_queue``). ``gone`` set
-    (the client went away) stops it between stages and drops its clips waiting in the batcher."""
-    searcher = prep.engine.searcher
-    admitted = time.perf_counter()
-    deadline = time.monotonic() + state.settings.request_timeout_s
-
-    def job():
-        queued_ms = (time.perf_counter() - admitted) * 1e3
-        result = searcher.search(
-            prep.params,
-            deadline=deadline,
-            on_update=on_update,
-            cancelled=None if gone is None else gone.is_set,
-        )
-        result.timings_ms["queue"] = queued_ms
-        result.timings_ms["total"] += queued_ms
-        return result
-
-    return job
-
-
-def _light(prep) -> bool:
-    """Stage 1 only (mode=indexed): the worker's light lane, never behind a rerank's search thread."""
-    return prep.params.mode == SearchMode.INDEXED
+    """The HTTP answer to an engine error (service.errors.ENGINE_REFUSALS; None: not one)."""
+    engine = state.engine
+    capacity = engine.admission.capacity if engine is not None else 0
+    return engine_refusal(
+        exc, capacity=capacity, timeout=state.settings.request_timeout_s,
+        rejected=lambda reason: state.metrics.rejected.labels(reason).inc(),
+    )  # fmt: skip
 
 
 async def _watch_disconnect(request: Request, gone: threading.Event, poll_s: float = 0.1) -> None:
@@ -216,9 +145,7 @@ async def search(
     gone = threading.Event()
     watcher = asyncio.ensure_future(_watch_disconnect(request, gone))
     try:
-        result = await state.worker.run(
-            _job(prep, state, gone=gone), timeout=state.settings.request_timeout_s, light=_light(prep)
-        )
+        result = await prep.engine.search(prep.params, deadline=_deadline(state), cancelled=gone.is_set)
     except Exception as exc:
         gone.set()  # a refused or abandoned search stops what it still had queued
         refusal = _refusal(exc, state)
@@ -260,7 +187,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
     p = prep.params
     updates = {"n": 0}
 
-    def on_update(hits) -> None:  # on the worker thread
+    def on_update(hits) -> None:  # on the search thread
         kind = "stage1" if updates["n"] == 0 else "update"
         updates["n"] += 1
         shown = [h for h in hits if p.min_score is None or h.score >= p.min_score][: p.top_k]
@@ -276,11 +203,7 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
 
     gone = threading.Event()
     task = asyncio.ensure_future(
-        state.worker.run(
-            _job(prep, state, on_update, gone=gone),
-            timeout=state.settings.request_timeout_s,
-            light=_light(prep),
-        )
+        prep.engine.search(prep.params, deadline=_deadline(state), on_update=on_update, cancelled=gone.is_set)
     )
     task.add_done_callback(_retrieve)  # a client that went away must not leave it unretrieved
     first = asyncio.ensure_future(lines.get())
@@ -343,6 +266,11 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
         media_type="application/x-ndjson",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+def _deadline(state: AppState) -> float:
+    """This request's deadline, a ``time.monotonic()`` instant (QASLR_REQUEST_TIMEOUT_S from now)."""
+    return time.monotonic() + state.settings.request_timeout_s
 
 
 def _retrieve(task) -> None:

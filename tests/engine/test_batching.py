@@ -1,4 +1,4 @@
-"""Concurrent searches and the stage-2 batcher (engine.batching, engine.worker's search threads)."""
+"""Concurrent searches and the stage-2 batcher (engine.runtime.batching, engine.runtime.admission)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.batching import EncodeBatcher, EncodeCancelled
-from engine.worker import ModelWorker, QueueFull
+from engine.errors import EncodeCancelled, QueueFull
+from engine.runtime.admission import Admission
+from engine.runtime.batching import EncodeBatcher
 
 pytestmark = pytest.mark.slow  # builds an index and runs concurrent searches (about 30 s)
 
@@ -188,7 +189,7 @@ def test_a_batch_starts_once_every_running_search_is_in_it():
 
 
 def test_the_worker_counts_its_running_searches_and_says_when_one_ends():
-    worker = ModelWorker(4, threads=2, light_threads=1)
+    worker = Admission(4, threads=2, light_threads=1)
     seen, ended = [], []
     worker.on_search_done = lambda: ended.append(worker.running)
 
@@ -328,7 +329,7 @@ def test_search_threads_yield_to_the_light_lane():
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     mine = nice()
-    worker = ModelWorker(4, threads=2, light_threads=1, search_nice=4)
+    worker = Admission(4, threads=2, light_threads=1, search_nice=4)
 
     async def scenario():
         return await worker.run(nice, timeout=5), await worker.run(nice, timeout=5, light=True)
@@ -343,8 +344,8 @@ def test_search_threads_yield_to_the_light_lane():
 
 def test_the_batcher_priority_setting():
     from engine import EngineConfig
-    from engine.batching import DEFAULT_NICE
-    from engine.loader import make_batcher
+    from engine.runtime import make_batcher
+    from engine.runtime.batching import DEFAULT_NICE
 
     assert EncodeBatcher(max_wait_s=0.0).nice == DEFAULT_NICE == EngineConfig().batch_nice
     for given, nice in ((0, 0), (7, 7), (40, 19), (-5, 0)):
@@ -357,7 +358,7 @@ def test_the_batcher_priority_setting():
 
 
 def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive():
-    worker = ModelWorker(4, threads=4)
+    worker = Admission(4, threads=4)
     release = threading.Event()
 
     async def scenario():
@@ -378,7 +379,7 @@ def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive()
         async def blocked():
             return await worker.run(lambda: "ran", timeout=0.3)
 
-        from engine.worker import WorkerTimeout
+        from engine.errors import WorkerTimeout
 
         with pytest.raises(WorkerTimeout):
             asyncio.run(blocked())  # nothing starts while call_soon's function runs
@@ -389,9 +390,9 @@ def test_cheap_jobs_do_not_wait_behind_running_ones_and_call_soon_is_exclusive()
 
 
 def test_a_stage_one_search_has_a_lane_of_its_own_when_every_search_thread_is_held():
-    from engine.worker import WorkerTimeout
+    from engine.errors import WorkerTimeout
 
-    worker = ModelWorker(8, threads=2, light_threads=1)
+    worker = Admission(8, threads=2, light_threads=1)
     release = threading.Event()
 
     async def scenario():
@@ -411,9 +412,10 @@ def test_a_stage_one_search_has_a_lane_of_its_own_when_every_search_thread_is_he
 
 
 def test_cpu_slots_bound_the_searches_on_the_cpu_and_a_search_waiting_for_the_batcher_gives_its_up():
-    from engine.worker import WorkerTimeout, auto_cpu_slots, off_the_cpu
+    from engine.errors import WorkerTimeout
+    from engine.runtime.admission import auto_cpu_slots, off_the_cpu
 
-    worker = ModelWorker(8, threads=4, cpu_slots=1)
+    worker = Admission(8, threads=4, cpu_slots=1)
     batcher_done, busy = threading.Event(), threading.Event()
 
     def waits_for_the_batcher():
@@ -461,9 +463,9 @@ def test_concurrent_searches_answer_as_serial_ones(world_engine):
         assert [h.moment for h in a.hits] == [h.moment for h in b.hits]
         assert b.timings_ms["heavy_queue"] >= 0
     # and the old path (no batcher) scores the same
-    from engine.loader import _searcher_for
+    from engine.assembly import searcher_for
 
-    _, plain = _searcher_for(
+    _, plain = searcher_for(
         world_engine.index, world_engine.config.replace(batching=False), world_engine.encoder.backbone,
         world_engine.head, world_engine.cache,
     )  # fmt: skip
@@ -474,7 +476,7 @@ def test_concurrent_searches_answer_as_serial_ones(world_engine):
 
 
 def test_a_cancelled_search_stops_between_stages(world_engine):
-    from engine.searcher import SearchCancelled
+    from engine.errors import SearchCancelled
 
     with pytest.raises(SearchCancelled):
         world_engine.searcher.search({"query": QUERIES[0], "mode": "rerank"}, cancelled=lambda: True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.searcher import InvalidRequest
+from engine.errors import InvalidRequest
 
 pytestmark = pytest.mark.slow  # renders a shapes-world collection and indexes it (about a minute)
 
@@ -20,7 +20,7 @@ def _iou(moment, start, end):
 
 
 def test_the_engine_searches_an_index_on_its_own(world_engine, world_corpus):
-    """Loaded from an EngineConfig alone and searched through engine.searcher: no HTTP involved (that
+    """Loaded from an EngineConfig alone and searched through its Searcher: no HTTP involved (that
     the engine package imports no web code is tests/test_architecture.py's rule)."""
     query, right = world_corpus.queries("single")[0]
     outcome = world_engine.searcher.search({"query": query, "top_k": 3})

@@ -1,4 +1,4 @@
-"""The backbone in model processes of its own (engine.model_process), and searches through them."""
+"""The backbone in model processes of its own (engine.runtime.model_process), and searches through them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model_process import ModelProcess, ModelProcessDied, auto_model_processes, weights_bytes
+from engine.errors import ModelProcessDied
+from engine.runtime.model_process import ModelProcess, auto_model_processes, weights_bytes
 
 pytestmark = pytest.mark.slow  # starts child interpreters that load the backbone (a few seconds each)
 

@@ -17,7 +17,7 @@ import pytest
 
 from core.errors import ConfigurationError
 from engine import EngineConfig, load_engine
-from engine.request import InvalidRequest
+from engine.errors import InvalidRequest
 from models.selection import ClipPlan
 
 L = 4  # the index's clip length; its K is 16
@@ -120,7 +120,7 @@ def test_a_head_saved_before_clip_plans_still_loads_with_a_warning(index, tiny_c
     data = json.loads(config_file.read_text())
     data.pop("clip_plan", None)  # what save_head wrote before plans were recorded
     config_file.write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING, logger="engine.loader"):
+    with caplog.at_level(logging.WARNING, logger="engine.assembly"):
         engine = load_engine(EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head))
     try:
         assert engine.searcher.reranker.streaming and engine.searcher.head_frames is None
@@ -170,7 +170,7 @@ def test_a_checkpoints_head_that_does_not_fit_the_index_steps_aside_for_one_shot
     model = _checkpoint_with_head(
         tiny_checkpoint, tmp_path, ClipPlan(frames=8, max_frames=8, clip_len=4, max_evidence=32)
     )
-    with caplog.at_level(logging.WARNING, logger="engine.loader"):
+    with caplog.at_level(logging.WARNING, logger="engine.assembly"):
         engine = load_engine(EngineConfig(index=index, model=str(model), default_frames=8, batching=False))
     try:
         assert engine.info["rerank"] == "one-shot" and engine.info["rerank_head_source"] is None
@@ -182,7 +182,7 @@ def test_a_checkpoints_head_that_does_not_fit_the_index_steps_aside_for_one_shot
 def test_a_query_about_order_or_count_goes_to_the_streaming_head_whatever_the_frame_tiers_lead(engine):
     """The frame tier scores frames one at a time: its lead says nothing about which came first or
     how often, so such a query is streamed by the head even at margin 0 (any lead is "clear")."""
-    from engine.temporal import asks_for_time
+    from engine.search.temporal import asks_for_time
 
     assert asks_for_time("first a red square appears, then a blue circle appears")
     assert asks_for_time("a red square appears twice") and asks_for_time("A green bar appears only once")

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from core.config import FUSION_RRF_K, Fusion
-from engine.request import InvalidRequest
-from engine.spoken import SpokenMatch, SpokenPage, _marked, agreement, fuse, split_clues, spoken_query
+from engine.errors import InvalidRequest
+from engine.spoken import SpokenMatch, SpokenPage, agreement, fuse, split_clues, spoken_query
+from engine.spoken.ranking import _marked
 from world.corpus import CorpusConfig, make_corpus
 
 # what each video of the corpus says (the corpus has 6 single-event videos of 30-40 s)

@@ -99,6 +99,7 @@ def _can_mount_tmpfs(tmp_path: Path) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.root
 def test_disk_full_mid_build_exits_3_keeps_commits_and_resumes(corpus, clean, tiny_checkpoint, tmp_path):
     if shutil.which("unshare") is None or not _can_mount_tmpfs(tmp_path):
         pytest.skip("needs `unshare -m` and tmpfs mounts (root); the simulated ENOSPC test still runs")

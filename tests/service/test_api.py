@@ -256,14 +256,14 @@ def test_queue_full_returns_429(make_settings):
     with live_server(app) as client:
         state = app.state.qaslr
         release = threading.Event()
-        blocker = state.worker.call_soon(lambda: release.wait(60))  # the worker is busy elsewhere
+        blocker = state.engine.admission.call_soon(lambda: release.wait(60))  # the worker is busy elsewhere
         with ThreadPoolExecutor(2) as pool:
             admitted = [
                 pool.submit(client.post, "/search", json={"query": QUERY, "mode": "indexed"})
                 for _ in range(2)
             ]
             deadline = time.monotonic() + 10
-            while state.worker.depth < 2:  # capacity = queue_size + 1 = 2
+            while state.engine.admission.depth < 2:  # capacity = queue_size + 1 = 2
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             r = client.post("/search", json={"query": QUERY, "mode": "indexed"})
@@ -283,7 +283,7 @@ def test_deadline_returns_503(make_settings):
     app = create_app(make_settings(request_timeout_s=0.3))
     with live_server(app) as client:
         release = threading.Event()
-        blocker = app.state.qaslr.worker.call_soon(lambda: release.wait(60))
+        blocker = app.state.qaslr.engine.admission.call_soon(lambda: release.wait(60))
         t0 = time.monotonic()
         r = client.post("/search", json={"query": QUERY})
         assert time.monotonic() - t0 < 10  # answered, not hung
@@ -292,7 +292,7 @@ def test_deadline_returns_503(make_settings):
         release.set()
         blocker.result(5)
         deadline = time.monotonic() + 10
-        while app.state.qaslr.worker.depth:  # the abandoned job is skipped, not run
+        while app.state.qaslr.engine.admission.depth:  # the abandoned job is skipped, not run
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert client.post("/search", json={"query": QUERY, "mode": "indexed"}).status_code == 200

@@ -28,7 +28,7 @@ def test_concurrent_searches_are_batched_and_timed(make_settings):
     app = create_app(make_settings(batch_max_wait_ms=300, batch_max_frames=1024, batch_workers=1))
     with live_server(app) as client:
         state = app.state.qaslr
-        assert state.worker.threads == state.settings.queue_size + 1
+        assert state.engine.admission.threads == state.settings.queue_size + 1
         body = {"mode": "rerank", "shortlist": 4, "heavy": 4, "top_k": 4}
         with ThreadPoolExecutor(4) as pool:
             answers = list(
@@ -68,7 +68,7 @@ def test_batching_off_is_the_single_model_thread(make_settings):
     app = create_app(make_settings(batching=False))
     with live_server(app) as client:
         state = app.state.qaslr
-        assert state.worker.threads == 1 and state.engine.batcher is None
+        assert state.engine.admission.threads == 1 and state.engine.batcher is None
         r = client.post("/search", json={"query": QUERY, "shortlist": 3, "heavy": 3})
         assert r.status_code == 200 and r.json()["timings_ms"]["heavy_queue"] == 0
         assert r.json()["timings_ms"]["encode"] > 0
@@ -81,7 +81,7 @@ def test_a_client_that_goes_away_stops_its_search(make_settings):
     with live_server(app) as client:
         state = app.state.qaslr
         release = threading.Event()
-        blocker = state.worker.call_soon(lambda: release.wait(60))  # the search waits for admission
+        blocker = state.engine.admission.call_soon(lambda: release.wait(60))  # the search waits for admission
         with pytest.raises(httpx.TimeoutException):
             client.post("/search", json={"query": QUERY, "heavy": 3}, timeout=0.5)  # gives up
         time.sleep(0.5)  # the server notices the closed connection

@@ -51,6 +51,7 @@ def test_the_docs_assets_are_not_in_the_api_document(app):
     assert not any(p.startswith(("/docs", "/redoc")) for p in paths)
 
 
+@pytest.mark.browser
 @pytest.mark.timeout(120)
 def test_swagger_ui_renders_the_document_in_a_real_browser(app, tmp_path):
     chromium, chromedriver = _browser()

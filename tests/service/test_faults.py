@@ -128,6 +128,7 @@ def _load(client: httpx.Client, stop: threading.Event, statuses: Counter, lock: 
         i += 1
 
 
+@pytest.mark.redis
 def test_redis_restarts_under_load_zero_failed_searches(make_settings, tmp_path):
     from service.app import create_app
 

@@ -206,7 +206,7 @@ def test_new_search_options_are_documented(server):
 
 
 def test_the_stream_ends_with_an_error_line_when_stage2_fails(server):
-    from engine.searcher import DeadlineExceeded
+    from engine.errors import DeadlineExceeded
 
     reranker = server.app.state.qaslr.engine.searcher.reranker
 

@@ -89,6 +89,7 @@ def test_a_random_checkpoint_is_not_shapes_world(server):
     assert r.status_code == 200 and not any("shapes-world" in w for w in r.json()["warnings"])
 
 
+@pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_the_page_shows_the_shapes_world_banner_in_a_real_browser(
     world_index, tiny_world_checkpoint, tmp_path

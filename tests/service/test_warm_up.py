@@ -9,7 +9,7 @@ from tests.service.conftest import live_server
 
 
 def _spy(monkeypatch):
-    from engine.loader import Engine
+    from engine import Engine
 
     calls, release = [], threading.Event()
     original = Engine.warm_up

@@ -1,13 +1,15 @@
-"""The model worker: search threads behind a bounded admission queue, so model work never blocks
-the event loop.
+"""Admission: search threads behind a bounded admission queue, so model work never blocks the
+event loop (or, for a synchronous caller, runs under the same bounds).
 
 ``capacity = queue_size + 1`` jobs may be admitted at once (running or waiting); a job beyond that
-is refused with :class:`QueueFull` (HTTP 429). A caller that gives up at its deadline gets
-:class:`WorkerTimeout` (HTTP 503); its job, if it has not started, is skipped when its turn comes,
-and a running job sees the same deadline between search stages.
+is refused with :class:`engine.errors.QueueFull` (HTTP 429). A caller that gives up at its deadline
+gets :class:`engine.errors.WorkerTimeout` (HTTP 503); its job, if it has not started, is skipped when
+its turn comes, and a running job sees the same deadline between search stages. :meth:`Admission.run`
+awaits a job (the service's event loop); :meth:`Admission.run_sync` waits for it on the calling thread
+(the command line, benchmarks, notebooks): the same queue, threads and bounds.
 
 ``threads=1`` is the single model thread that runs each search whole. With more threads (dynamic
-batching, :mod:`engine.batching`) searches run side by side: their cheap stages on these threads,
+batching, :mod:`engine.runtime.batching`) searches run side by side: their cheap stages on these threads,
 their heavy encodes on the batcher's thread, so a stage-1 search never waits behind a rerank's
 encode. ``cpu_slots`` bounds how many of them run their cheap stages at once (more only share the
 cores and the interpreter lock); a search waiting for the batcher gives its slot up meanwhile
@@ -17,13 +19,14 @@ its own and takes no slot: it never waits behind a rerank. With ``search_nice`` 
 threads run at a lower CPU priority than the light lane (and, by default, a higher one than the
 batcher's encodes: core.config SEARCH_NICE < BATCH_NICE), so on busy cores a stage-1 search goes first.
 Both lanes share the admission queue.
-:meth:`ModelWorker.call_soon` runs a function with the model to itself (no search starts while it
+:meth:`Admission.call_soon` runs a function with the model to itself (no search starts while it
 runs, as with the single thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import sys
@@ -34,6 +37,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from core.config import CPU_SLOTS_EXTRA, CPU_SLOTS_PER_CORE
+from engine.errors import QueueFull, WorkerTimeout
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -53,14 +57,6 @@ def lower_thread_priority(nice: int) -> bool:
         logger.debug("could not lower the priority of thread %d: %s", tid, exc)
         return False
     return True
-
-
-class QueueFull(RuntimeError):
-    pass
-
-
-class WorkerTimeout(TimeoutError):
-    pass
 
 
 class _Abandoned(Exception):
@@ -105,7 +101,7 @@ class _SharedExclusive:
             self._cond.notify_all()
 
 
-class ModelWorker:
+class Admission:
     def __init__(
         self,
         queue_size: int,
@@ -122,7 +118,7 @@ class ModelWorker:
         self._executor = ThreadPoolExecutor(
             max_workers=self.threads,
             thread_name_prefix="qaslr-model",
-            initializer=lower_thread_priority,  # before the thread's first torch op (engine.batching)
+            initializer=lower_thread_priority,  # before the thread's first torch op (engine.runtime.batching)
             initargs=(self.search_nice,),
         )
         self.cpu_slots = max(0, int(cpu_slots))  # 0: every running search at once
@@ -140,12 +136,12 @@ class ModelWorker:
         self.on_search_done: Callable[[], None] | None = None  # e.g. the batcher's wake()
         self._pending = 0
         self._lock = threading.Lock()
-        self._on_depth = on_depth
+        self.on_depth = on_depth
 
     @property
     def running(self) -> int:
         """Searches running on the search threads (holding a CPU slot or waiting for the batcher):
-        those that may hand the batcher work (engine.batching's ``peers``)."""
+        those that may hand the batcher work (engine.runtime.batching's ``peers``)."""
         return self._running
 
     def _leave(self) -> None:
@@ -163,63 +159,79 @@ class ModelWorker:
         with self._lock:
             self._pending += delta
             depth = self._pending
-        if self._on_depth is not None:
-            self._on_depth(depth)
+        if self.on_depth is not None:
+            self.on_depth(depth)
 
-    async def run(self, fn: Callable[[], T], *, timeout: float, light: bool = False) -> T:
-        """Run ``fn`` on a search thread (on the light lane when ``light`` and there is one)."""
+    def submit(self, fn: Callable[[], T], *, light: bool = False):
+        """Admit ``fn`` (or raise QueueFull) and queue it on a search thread (on the light lane when
+        ``light`` and there is one): (its concurrent.futures.Future, the event that abandons it)."""
         with self._lock:
             if self._pending >= self.capacity:
                 raise QueueFull(f"{self._pending} searches admitted (capacity {self.capacity})")
             self._pending += 1
-        if self._on_depth is not None:
-            self._on_depth(self._pending)
+        if self.on_depth is not None:
+            self.on_depth(self._pending)
         abandoned = threading.Event()
-
-        def job():
-            try:
-                if abandoned.is_set():
-                    raise _Abandoned()
-                self._model.acquire_shared()
-                try:
-                    slots = None if light else self._slots
-                    while slots is not None and not slots.acquire(timeout=0.05):
-                        if abandoned.is_set():
-                            raise _Abandoned()
-                    try:
-                        if abandoned.is_set():
-                            raise _Abandoned()
-                        _held.slots = slots
-                        if light:
-                            return fn()
-                        with self._lock:
-                            self._running += 1
-                        try:
-                            return fn()
-                        finally:
-                            self._leave()
-                    finally:
-                        _held.slots = None
-                        if slots is not None:
-                            slots.release()
-                finally:
-                    self._model.release_shared()
-            finally:
-                self._changed(-1)
-
-        loop = asyncio.get_running_loop()
         try:
             lane = self._light if light and self._light is not None else self._executor
-            future = loop.run_in_executor(lane, job)
+            future = lane.submit(self._job, fn, light, abandoned)
         except BaseException:
             self._changed(-1)
             raise
-        future.add_done_callback(_retrieve)
+        return future, abandoned
+
+    async def run(self, fn: Callable[[], T], *, timeout: float, light: bool = False) -> T:
+        """Run ``fn`` on a search thread and await it; past ``timeout`` seconds, WorkerTimeout."""
+        future, abandoned = self.submit(fn, light=light)
+        waiting = asyncio.wrap_future(future)
+        waiting.add_done_callback(_retrieve)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout=max(timeout, 0.0))
+            return await asyncio.wait_for(asyncio.shield(waiting), timeout=max(timeout, 0.0))
         except TimeoutError as exc:
             abandoned.set()
             raise WorkerTimeout() from exc
+
+    def run_sync(self, fn: Callable[[], T], *, timeout: float, light: bool = False) -> T:
+        """:meth:`run` for a caller without an event loop: waits on the calling thread."""
+        future, abandoned = self.submit(fn, light=light)
+        try:
+            return future.result(timeout=max(timeout, 0.0))
+        except concurrent.futures.TimeoutError as exc:
+            abandoned.set()
+            raise WorkerTimeout() from exc
+
+    def _job(self, fn: Callable[[], T], light: bool, abandoned: threading.Event) -> T:
+        """``fn`` on this search thread: skipped when abandoned before it starts; with the model
+        shared (not while call_soon holds it) and, off the light lane, a CPU slot."""
+        try:
+            if abandoned.is_set():
+                raise _Abandoned()
+            self._model.acquire_shared()
+            try:
+                slots = None if light else self._slots
+                while slots is not None and not slots.acquire(timeout=0.05):
+                    if abandoned.is_set():
+                        raise _Abandoned()
+                try:
+                    if abandoned.is_set():
+                        raise _Abandoned()
+                    _held.slots = slots
+                    if light:
+                        return fn()
+                    with self._lock:
+                        self._running += 1
+                    try:
+                        return fn()
+                    finally:
+                        self._leave()
+                finally:
+                    _held.slots = None
+                    if slots is not None:
+                        slots.release()
+            finally:
+                self._model.release_shared()
+        finally:
+            self._changed(-1)
 
     def call_soon(self, fn: Callable[[], T]):
         """Run ``fn`` with the model to itself, outside the queue accounting (tests, warm-up): the

@@ -6,7 +6,7 @@ threads, plus the search threads and the event loop, share one interpreter lock,
 server used about 1.5 of 2 cores (``benchmarks/bench_load.py``, ``server_cores``). A
 :class:`ModelProcess` is a child process that loads the same checkpoint (its fingerprint is checked
 against the server's backbone) with one torch thread, and runs the batcher's backbone calls for
-query texts and images (engine.batching ``QUERIES`` and ``IMAGES``: the query embedding of a stage-2
+query texts and images (engine.runtime.batching ``QUERIES`` and ``IMAGES``: the query embedding of a stage-2
 search and the source frames that refine its moment, the backbone work of the default cascade).
 Each batcher worker owns one: it sends a batch down a pipe and waits, without the lock, while its
 child computes on a core of its own.
@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.errors import ModelProcessDied
+
 __all__ = [
     "ModelProcess",
     "ModelProcessDied",
@@ -50,10 +52,6 @@ START_TIMEOUT_S = 300.0  # loading a checkpoint in a fresh interpreter (imports,
 # what a model process holds besides its copy of the weights: the interpreter, torch and transformers
 # (measured: about 460 MB of private memory beside 360 MB of shared libraries, tiny-world backbone)
 PROCESS_OVERHEAD_BYTES = 512 * 2**20
-
-
-class ModelProcessDied(RuntimeError):
-    """The model process ended while it held a batch (it is started again for the next one)."""
 
 
 def auto_model_processes(
@@ -97,11 +95,11 @@ def weights_bytes(backbone) -> int:
 
 
 def _serve(conn, model: str, dtype: str, embed_dim: int, frame_size: int, nice: int) -> None:
-    """The child (``python -m engine.model_process FD``, with what to load as its first message):
+    """The child (``python -m engine.runtime.model_process FD``, with what to load as its first message):
     load the backbone, say ``("ready", fingerprint)``, then answer each
     ``(kind, items, instruction)`` with ``("ok", embeddings)`` or ``("error", type name, message)``
     until ``None`` arrives or the pipe closes."""
-    from engine.worker import lower_thread_priority
+    from engine.runtime.admission import lower_thread_priority
 
     lower_thread_priority(nice)  # before torch starts threads: they inherit it (as the batcher's do)
     torch.set_num_threads(1)  # one core each: the children, not torch's threads, use the cores
@@ -164,15 +162,15 @@ class ModelProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> ModelProcess:
-        """Start the child (``python -m engine.model_process``, a fresh interpreter: forking a process
+        """Start the child (``python -m engine.runtime.model_process``, a fresh interpreter: forking a process
         that runs threads is unsafe, and multiprocessing's spawn would re-run the caller's main script)
         on one end of a socket pair, and send it what to load."""
         ours, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[1])  # where engine/ and models/ are importable
+        root = str(Path(__file__).resolve().parents[2])  # where engine/ and models/ are importable
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "engine.model_process", str(theirs.fileno())],
+                [sys.executable, "-m", "engine.runtime.model_process", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         finally:
@@ -233,7 +231,7 @@ class ModelProcess:
     def warm_up(self, frame: np.ndarray, images: int = 8) -> None:
         """Wait until the child has loaded, and run a text and a batch of ``images`` copies of ``frame``
         through it (its first calls pay for lazy initialisation; a lone search's refine frames reach
-        each process as a batch of 8, engine.batching's MIN_SPLIT_FRAMES)."""
+        each process as a batch of 8, engine.runtime.batching's MIN_SPLIT_FRAMES)."""
         self.embed_texts(["warm-up"])
         self.embed_images([frame] * images)
 

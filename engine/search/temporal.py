@@ -2,7 +2,7 @@
 
 The frame tier scores each candidate by its best frames, one frame at a time, so it cannot tell a
 video from its mirror (A then B / B then A) or one showing from two: its lead on such a query says
-nothing. The cascade (engine.searcher) therefore sends a query that asks about time to a streaming
+nothing. The cascade (engine.search.cascade) therefore sends a query that asks about time to a streaming
 head even when the frame tier's first two scores lie far apart; a one-shot heavy tier pools frames
 and is as blind to time, so it is not asked. English words only: a query in another language goes
 by the margin rule alone.

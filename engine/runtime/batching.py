@@ -15,12 +15,13 @@ A clip costs its frames of the budget; a query or an image costs one. The rules:
 
 - a batch starts when ``max_frames`` frames are waiting, or when the oldest waiting item has waited
   ``max_wait_s``, or as soon as no other search could join it: with ``peers`` (the number of
-  searches running, engine.worker's ``ModelWorker.running``), once every running search is in
-  the batcher (waiting, or in a running batch). A lone request never waits, and under load the
+  searches running, engine.runtime.admission's ``Admission.running``), once every running search is
+  in the batcher (waiting, or in a running batch). A lone request never waits, and under load the
   batch takes everyone who is about to come: on a CPU, larger calls are what let two batcher
   threads run side by side past the interpreter lock (``benchmarks/bench_backbone_threads.py``);
-- the kinds go in the order of :data:`KIND_ORDER` (a search's refine frames, then queries, then the
-  heavy tier's clips), so cheap work never waits behind another search's heavy encodes;
+- the kinds go in the order of engine.runtime.policy's ``KIND_ORDER`` (a search's refine frames,
+  then queries, then the heavy tier's clips), so cheap work never waits behind another search's
+  heavy encodes (these rules are :class:`engine.runtime.policy.BatchPolicy`'s);
 - within a kind it takes clips FIFO by request (the oldest request's clips first, then the next request's, until
   ``max_frames``): a request's clips are never passed over by later requests', so none starves;
   a request larger than the budget is split over consecutive batches;
@@ -36,11 +37,11 @@ A clip costs its frames of the budget; a query or an image costs one. The rules:
   large call), while two calls run side by side on two cores at 1.6-1.8x
   (``benchmarks/bench_backbone_threads.py``): when every running search hands its work over at
   once, one batch on one worker would leave the other core idle;
-- with ``backends`` (engine.model_process: one model process per worker, the default on a CPU of
-  two or more cores), a worker runs its batches of queries and images in its own process, past this
+- with ``backends`` (engine.runtime.model_process: one model process per worker, the default on a
+  CPU of two or more cores), a worker runs its batches of queries and images in its own process, past this
   process's interpreter lock; clips stay on the worker thread;
 - the queue is bounded (``max_queued`` clips waiting): beyond it :meth:`submit` raises
-  :class:`engine.worker.QueueFull` (HTTP 429);
+  :class:`engine.errors.QueueFull` (HTTP 429);
 - a request that is cancelled (its client went away) or whose deadline passed has its waiting clips
   dropped before they reach the backbone; its caller gets :class:`EncodeCancelled`;
 - on Linux the batcher threads run at a lower CPU priority (``nice`` added to their nice value,
@@ -67,7 +68,9 @@ import numpy as np
 import torch
 
 from core.config import BATCH_NICE
-from engine.worker import QueueFull, lower_thread_priority, off_the_cpu
+from engine.errors import EncodeCancelled, QueueFull
+from engine.runtime.admission import lower_thread_priority, off_the_cpu
+from engine.runtime.policy import CLIPS, IMAGES, MIN_SPLIT_FRAMES, QUERIES, BatchPolicy
 
 __all__ = [
     "BatchStats",
@@ -85,18 +88,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_NICE = BATCH_NICE  # added to the batcher threads' nice value (Linux; 0: none)
-CLIPS, QUERIES, IMAGES = "clips", "queries", "images"  # the kinds of work (see the module doc)
-# which kind goes first when several wait: the frames that finish a search, then the queries that
-# start one, then the heavy tier's clips (cheap work never waits behind expensive work)
-KIND_ORDER = {IMAGES: 0, QUERIES: 1, CLIPS: 2}
-# the smallest share of a batch worth a call of its own on another worker: on a CPU an image costs
-# the same from 8 images a call on, and one image a call costs three times that
-# (benchmarks/bench_backbone_threads.py)
-MIN_SPLIT_FRAMES = 8
-
-
-class EncodeCancelled(RuntimeError):
-    """The request's waiting clips were dropped (cancelled, or past its deadline)."""
 
 
 @dataclass
@@ -191,16 +182,14 @@ class EncodeBatcher:
         min_split: int = MIN_SPLIT_FRAMES,
         backends: Sequence | None = None,
     ):
-        self.max_wait_s = float(max_wait_s)
+        self.policy = BatchPolicy(float(max_wait_s), max(1, int(max_frames)), max(1, int(min_split)))
         self.nice = min(19, max(0, int(nice)))
-        self.max_frames = max(1, int(max_frames))
         self.max_queued = int(max_queued)
-        # engine.model_process.ModelProcess per worker: its query and image calls run there
+        # engine.runtime.model_process.ModelProcess per worker: its query and image calls run there
         self.backends = list(backends or [])
         self.workers = len(self.backends) or max(1, int(workers))
         self.on_batch = on_batch
         self.peers = peers  # () -> searches that may hand work here; None: always wait max_wait_s
-        self.min_split = max(1, int(min_split))
         self._free = 0  # workers waiting in _take for a batch (free to run one)
         self._inside = 0  # tickets submitted and not done (waiting, or in a running batch)
         self._queue: deque[EncodeTicket] = deque()
@@ -218,6 +207,18 @@ class EncodeBatcher:
         ]
         for thread in self._threads:
             thread.start()
+
+    @property
+    def max_wait_s(self) -> float:
+        return self.policy.max_wait_s
+
+    @property
+    def max_frames(self) -> int:
+        return self.policy.max_frames
+
+    @property
+    def min_split(self) -> int:
+        return self.policy.min_split
 
     @property
     def queued_clips(self) -> int:
@@ -290,7 +291,7 @@ class EncodeBatcher:
         inside: str | None = None,
         **kwargs,
     ) -> list:
-        """Run ``items`` for the search whose stage clock is ``clock`` (engine.searcher; its deadline
+        """Run ``items`` for the search whose stage clock is ``clock`` (engine.search.clock; its deadline
         and cancellation go with the work) and wait: one result per item. The answer's timings keep
         the wait apart from the work: the time the items waited in the queue is booked under
         ``queue``; the wall time of the batches that ran them under ``compute`` (their streaming-head
@@ -372,16 +373,18 @@ class EncodeBatcher:
             if not self._queue:
                 self._cond.wait(0.1)
                 continue
-            head = min(self._queue, key=lambda t: KIND_ORDER[t.kind])  # the first of the cheapest kind
-            wait = head.submitted + self.max_wait_s - time.perf_counter()
-            if wait > 0 and self._waiting_frames(head.key) < self.max_frames and self._others_may_join():
+            head = self.policy.first(self._queue)  # the first of the cheapest kind
+            wait = self.policy.wait_s(
+                head, waiting_frames=self._waiting_frames(head.key), others_may_join=self._others_may_join(),
+                now=time.perf_counter(),
+            )  # fmt: skip
+            if wait > 0:
                 self._cond.wait(wait)
                 continue
             break
         key, pieces = head.key, []
         # this worker's even share of what waits, with the other free workers (see the module doc)
-        share = -(-self._waiting_frames(key) // max(1, self._free))
-        budget = min(self.max_frames, max(self.min_split, share))
+        budget = self.policy.budget(waiting_frames=self._waiting_frames(key), free_workers=self._free)
         for t in list(self._queue):
             if t.key != key:
                 continue

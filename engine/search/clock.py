@@ -1,21 +1,14 @@
 """A search's stage clock: the answer's ``timings_ms`` per stage, and its deadline and cancellation,
-checked as each stage begins (engine.searcher). Work timed elsewhere (the batcher, engine.batching)
+checked as each stage begins (engine.search). Work timed elsewhere (the batcher, engine.runtime.batching)
 is booked with :meth:`StageClock.add` and re-booked with :meth:`StageClock.move`."""
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["DeadlineExceeded", "SearchCancelled", "StageClock"]
+from engine.errors import DeadlineExceeded, SearchCancelled
 
-
-class DeadlineExceeded(TimeoutError):
-    """The request's deadline passed between stages (mapped to HTTP 503)."""
-
-
-class SearchCancelled(RuntimeError):
-    """Nobody waits for the answer any more (the client went away): the search stopped between
-    stages and its waiting stage-2 clips were dropped."""
+__all__ = ["StageClock"]
 
 
 class StageClock:

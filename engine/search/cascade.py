@@ -1,0 +1,160 @@
+"""Stage 2 as a cascade: which tier runs on which candidates, given what the search measured.
+
+The frame tier (no backbone call) ranks every candidate of the shortlist first. What runs after it
+is one decision, :meth:`CascadePolicy.route`, over a few measured :class:`Signals`; the first rule
+that applies wins:
+
+    rule                                                                   route
+    mode ``frames``, or no heavy budget (``heavy`` 0)                      the frame tier's order stands
+    a query about order or count that the time head answers               the time tier, on all R
+    the frame tier's lead (its first score less its second) reaches
+        ``heavy_margin``, unless a streaming heavy tier is asked about
+        time (engine.search.temporal: a lead means nothing there)         the frame tier's order stands
+    otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
+
+The heavy tier is the streaming head's when one serves stage 2, else one-shot; a request of
+K' <= L goes one-shot as a whole (§3.1: short inputs keep the backbone's own pathway), and says
+so. What the heavy tier scored is ordered by its own score above the rest, which keep the frame
+tier's order: one score space per ranked group, and every hit says which tier ranked it. A new
+tier is a module of :mod:`engine.tiers` and, to be routed to, one rule here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from core.config import SearchMode
+from engine.results import Hit
+from engine.search.state import SearchState
+from engine.search.temporal import asks_for_time
+from engine.tiers import RerankStats, TierRequest
+from models.selection import query_key
+
+__all__ = ["Cascade", "CascadePolicy", "Route", "Signals"]
+
+HEAVY, TIME = "heavy", "time"  # the routes past the frame tier
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What the cascade knows once the frame tier has ranked the shortlist."""
+
+    mode: str  # core.config.SearchMode
+    budget: int  # candidates the heavy tier may re-encode: min(heavy, R)
+    heavy_margin: float
+    lead: float | None  # the frame tier's first score less its second (None: one candidate)
+    time_plan: object = None  # the order or count the time head answers (None: not such a query)
+    asks_for_time: bool = False  # the words name an order or a count
+    streaming: bool = False  # the heavy tier is a streaming head
+
+
+@dataclass(frozen=True)
+class Route:
+    tier: str | None  # HEAVY, TIME, or None: the frame tier's order stands
+    candidates: int = 0  # how many of the frame tier's top the tier scores
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class CascadePolicy:
+    """The rules of the module docstring, as one function of the measured signals."""
+
+    def route(self, s: Signals, shortlist: int) -> Route:
+        if s.mode != SearchMode.RERANK or s.budget == 0:
+            return Route(None, why="no heavy budget")
+        if s.time_plan is not None:
+            return Route(TIME, shortlist, why="a query about order or count")
+        if s.lead is not None and s.lead >= s.heavy_margin and not (s.streaming and s.asks_for_time):
+            return Route(None, why="the frame tier's lead settles it")
+        return Route(HEAVY, s.budget, why="too close to call, or asked for")
+
+
+class Cascade:
+    """The tiers of stage 2 over one index and the policy that routes between them."""
+
+    def __init__(self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None):
+        self.frame_tier = frame_tier
+        self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
+        self.short_reranker = short_reranker  # one-shot, for a streaming stage 2's requests of K' <= L
+        self.time_tier = time_tier
+        self.policy = policy or CascadePolicy()
+
+    def heavy_tier(self, frames: int):
+        """The heavy tier for a request of ``frames`` = K': the streaming head's, unless K' <= L
+        (§3.1: short inputs keep the backbone's own pathway), which goes one-shot for every candidate."""
+        if self.short_reranker is not None and self.reranker.encoder.is_short(frames):
+            return self.short_reranker
+        return self.reranker
+
+    def run(self, state: SearchState) -> None:
+        """Stage 2 over ``state.hits`` (mode frames or rerank); the frames' counters and warnings
+        go to the answer even when a tier fails."""
+        p, outcome = state.params, state.outcome
+        stats = RerankStats()
+        try:
+            request = TierRequest(
+                query=state.seen_text if p.image is None else None, q=state.q[0], frames=p.frames, seed=p.seed,
+                stats=stats, clock=state.clock, exit_threshold=p.exit_threshold, on_update=state.on_update,
+                chunk=p.update_chunk, query_key=query_key(state.seen_text, p.image),
+            )  # fmt: skip
+            state.hits = self._route(state, request, state.hits)
+        finally:
+            f = stats.frames
+            outcome.cache_hits, outcome.cache_misses = f.cache_hits, f.cache_misses
+            outcome.decoded_frames, outcome.cache_errors = f.decoded_frames, f.cache_errors
+            outcome.store_frames, outcome.store_errors = f.store_frames, f.store_errors
+            outcome.warnings += stats.warnings
+
+    def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
+        p = state.params
+        budget = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
+        plan = self.time_tier.plan(request.query) if budget and self.time_tier is not None else None
+        lead = None
+        if len(hits) > 1:
+            lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
+        return Signals(
+            mode=p.mode, budget=budget, heavy_margin=p.heavy_margin, lead=lead, time_plan=plan,
+            asks_for_time=asks_for_time(request.query), streaming=self.reranker.streaming,
+        )  # fmt: skip
+
+    def _route(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> list[Hit]:
+        hits = self.frame_tier.run(request, hits)
+        signals = self.signals(state, request, hits)
+        route = self.policy.route(signals, len(hits))
+        if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
+            state.outcome.rerank_embedder = self.time_tier.name
+            return self.time_tier.run(request, hits, signals.time_plan)
+        if route.tier == HEAVY:
+            return self._heavy(state, request, hits, route.candidates)
+        return hits
+
+    def _heavy(self, state: SearchState, request: TierRequest, hits: list[Hit], m: int) -> list[Hit]:
+        """The heavy tier over the frame tier's top ``m``, above the rest (module docstring)."""
+        outcome = state.outcome
+        tier = self.heavy_tier(request.frames)
+        if tier is not self.reranker:  # K' <= L: the whole request one-shot (§3.1), and it says so
+            outcome.warnings.append(
+                f"frames = {request.frames} is at most L = {self.reranker.encoder.config.short_video_frames}: "
+                "stage 2 re-encoded every candidate one-shot (short inputs keep the backbone's own "
+                "pathway), not with the streaming head"
+            )
+            if request.exit_threshold is not None:
+                outcome.warnings.append("exit_threshold ignored: one-shot encoding has no early exit")
+                request = dataclasses.replace(request, exit_threshold=None)
+        outcome.rerank_embedder = tier.encoder.mode
+        top, rest = hits[:m], hits[m:]
+        outer = request.on_update
+        if outer is not None:
+            request.on_update = lambda sub: outer(heavy_first(sub, tier.name) + rest)
+        top = tier.run(request, top)
+        return heavy_first(top, tier.name) + rest
+
+
+def heavy_first(hits: list[Hit], name: str) -> list[Hit]:
+    """The heavy tier's hits by its score, then those it could not score in frame-tier order."""
+    heavy = sorted((h for h in hits if h.tier == name), key=lambda h: (-h.score, h.stage1_rank))
+    light = sorted(
+        (h for h in hits if h.tier != name), key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank)
+    )
+    return heavy + light

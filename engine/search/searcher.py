@@ -1,0 +1,227 @@
+"""The two-stage search (paper §3.1, §A.4, Table 4) as a straight line of stages over one
+:class:`engine.search.state.SearchState`, usable with or without HTTP:
+
+    resolve      the request's defaults and bounds, once (engine.search.request)
+    stage 1      q embedded, the filter, the FAISS window of R candidates (engine.search.stage1)
+    what is said sources=said ranks the cues instead; both joins the spoken page (engine.search.said)
+    stage 2      the cascade: the frame tier, then the time or heavy tier as its policy routes
+                 (engine.search.cascade, engine.tiers)
+    fusion       both: the seen and said rankings fused (engine.spoken.fusion)
+    results      clips, relevance, min_score, top_k, evidence, moments, timelines (engine.search.shape)
+
+A stage-1 miss stays a miss: stage 2 only reorders the shortlist. One ranking, one score space:
+every candidate the heavy tier scores goes through the same pathway; a streaming stage 2 applies
+§3.1's short-input rule to the whole request (K' <= L: the one-shot tier for all, said in the
+answer's ``rerank_embedder``, each hit's ``tier`` and a warning) and refuses K' above its head's
+trained K'. Scores are reproducible: selection is seeded per (request seed, query, candidate) as
+training seeds it (models.selection.selection_seed), and frames come from a cache that keeps
+exactly the pixels first read, so warm and cold requests give identical scores.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from core.config import Embedder, SearchMode, Sources
+from engine.cache import FrameCache
+from engine.errors import InvalidRequest
+from engine.frames import FrameSource
+from engine.refine import MomentRefiner
+from engine.results import SearchOutcome
+from engine.runtime.batching import serialize_processor
+from engine.search import said
+from engine.search.cascade import Cascade
+from engine.search.evidence import Evidence
+from engine.search.request import SearcherConfig, SearchParams, resolve_request
+from engine.search.shape import shape_results
+from engine.search.stage1 import STAGE2_MODES, Stage1
+from engine.search.state import SearchState
+from engine.spoken import split_clues
+from engine.tiers import encoding_tier
+from engine.tiers.frame import FrameTier
+from engine.tiers.timehead import TimeTier
+from models.streaming import VideoEncoder
+
+__all__ = ["Searcher"]
+
+logger = logging.getLogger(__name__)
+
+
+class Searcher:
+    """Stage 1 + stage 2 over an open index. ``encoder`` embeds exactly as the index was built (and
+    embeds queries); ``rerank_encoder`` re-encodes candidates in stage 2 (default: ``encoder``; a
+    streaming rerank head, or one-shot with a text-conditioning choice); ``gate`` enables early exit.
+    Thread-safe: concurrent searches share only locked state (the frame cache, the frame source's
+    counters and decode pool, the index reader, FAISS behind a lock, the backbone's processor); with
+    a ``batcher`` (engine.runtime.batching.EncodeBatcher) the backbone work of all concurrent
+    searches runs in shared backbone calls on the batcher's threads."""
+
+    def __init__(
+        self,
+        encoder: VideoEncoder,
+        index,
+        cache: FrameCache,
+        *,
+        config: SearcherConfig | None = None,
+        frame_size: int | None = None,
+        rerank_encoder: VideoEncoder | None = None,
+        oneshot_encoder: VideoEncoder | None = None,
+        gate=None,
+        batcher=None,
+        time_head=None,
+    ):
+        self.encoder, self.index, self.cache, self.batcher = encoder, index, cache, batcher
+        config = self.config = config or SearcherConfig.from_engine_config()
+        manifest = index.manifest
+        self.embedder = encoder.mode
+        if manifest.embedder != encoder.mode:
+            raise ValueError(
+                f"the index was built with the {manifest.embedder!r} embedder but the encoder is {encoder.mode!r}"
+            )
+        size = int(frame_size or manifest.frame_size)
+        self.frames = FrameSource(
+            cache,
+            frame_size=size,
+            decode_workers=config.decode_workers,
+            # the index's stored pixels are at its own working size: another size decodes instead
+            store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
+        )
+        self.cascade = self._cascade(rerank_encoder or encoder, oneshot_encoder, gate, time_head)
+        self.stage1 = Stage1(encoder, index, batcher=batcher)
+        if batcher is not None:
+            serialize_processor(getattr(encoder, "backbone", None))
+        backbone = getattr(encoder, "backbone", None)
+        refiner = None
+        if config.refine_moments > 0 and backbone is not None:
+            refiner = MomentRefiner(backbone, self.frames, batcher=batcher)
+        self.evidence = Evidence(
+            index, aggregate=config.frame_aggregate, refiner=refiner, refine_moments=config.refine_moments
+        )
+
+    def _cascade(self, stage2: VideoEncoder, oneshot: VideoEncoder | None, gate, time_head) -> Cascade:
+        """Stage 2's tiers over this index: the frame tier, the heavy tier (and, for a streaming one,
+        the one-shot tier its requests of K' <= L go to, §3.1), and the time tier when a time head serves."""
+        config = self.config
+        options = dict(
+            temperature=config.temperature,
+            exit_min_steps=config.exit_min_steps,
+            encode_chunk=config.encode_chunk,
+        )
+        reranker = encoding_tier(stage2, self.index, self.frames, gate=gate, **options)
+        reranker.batcher = self.batcher
+        short = None
+        if reranker.streaming:
+            oneshot = oneshot or VideoEncoder(
+                stage2.backbone, config=stage2.config, instruction=stage2.instruction
+            )
+            short = encoding_tier(oneshot, self.index, self.frames, **options)
+            short.batcher = self.batcher
+        return Cascade(
+            FrameTier(self.index, aggregate=config.frame_aggregate),
+            reranker,
+            short_reranker=short,
+            time_tier=None if time_head is None else TimeTier(self.index, self.encoder, time_head),
+        )
+
+    # -- what the tiers are ----------------------------------------------------------------------------
+    @property
+    def reranker(self):
+        """The heavy tier (the streaming head's, or one-shot)."""
+        return self.cascade.reranker
+
+    @property
+    def frame_tier(self) -> FrameTier:
+        return self.cascade.frame_tier
+
+    @property
+    def time_tier(self) -> TimeTier | None:
+        return self.cascade.time_tier
+
+    @property
+    def rerank_embedder(self) -> Embedder:
+        return self.reranker.encoder.mode
+
+    @property
+    def head_frames(self) -> int | None:
+        """K' the streaming stage-2 head was trained with (its recorded clip plan), else None."""
+        head = self.reranker.encoder.head
+        plan = None if head is None else head.config.clip_plan
+        return None if plan is None else plan.frames
+
+    def heavy_tier(self, frames: int):
+        return self.cascade.heavy_tier(frames)
+
+    @property
+    def decoded_frames(self) -> int:
+        """Frames decoded from video files over this searcher's life (cache misses served)."""
+        return self.frames.decoded_frames
+
+    def frame_shape(self, record) -> tuple[int, int]:
+        return self.frames.frame_shape(record)
+
+    def close(self) -> None:
+        self.frames.close()
+
+    # -- a search ----------------------------------------------------------------------------------
+    def resolve(self, request, *, clamp_heavy: bool = False) -> SearchParams:
+        """Defaults and bounds of a request-like object (a SearchRequest or dict; engine.search.request).
+
+        A rerank request for more frames than the streaming head was trained with (its clip plan's
+        K') is refused (InvalidRequest on ``frames``, HTTP 422): the head never saw clips cut from
+        more frames. Fewer frames are allowed: they are cut by the same rule (Eq. 3, checked against
+        the head's plan for every count up to K' when the engine loaded it) as training cuts a
+        candidate with fewer frames than K', so they are the head's own plan at a smaller budget, a
+        latency choice left to the client; K' <= L goes one-shot (:meth:`heavy_tier`)."""
+        can_exit = self.reranker.gate is not None and self.reranker.streaming
+        p = resolve_request(request, self.config, can_exit=can_exit, clamp_heavy=clamp_heavy)
+        trained = self.head_frames
+        if (
+            trained is not None
+            and p.mode == SearchMode.RERANK
+            and p.frames > trained
+            and self.heavy_tier(p.frames) is self.reranker
+        ):
+            short = self.reranker.encoder.config.short_video_frames
+            raise InvalidRequest(
+                "frames",
+                f"this server's streaming rerank head was trained on K' = {trained} frames per "
+                f"candidate: ask for at most {trained} (at most {short} re-encodes one-shot)",
+            )
+        return p
+
+    def search(
+        self, request, *, deadline: float | None = None, on_update=None, cancelled=None
+    ) -> SearchOutcome:
+        """Run one search (the stages of the module docstring). ``request``: a dict or request object,
+        resolved here, or the :class:`SearchParams` :meth:`resolve` made. ``deadline`` is a
+        ``time.monotonic()`` instant checked between stages; ``on_update(hits)`` (optional) sees the
+        stage-1 ranking, then the ranking after each chunk of stage 2 (progressive results);
+        ``cancelled()`` (optional) True stops the search between stages with
+        :class:`engine.errors.SearchCancelled` (and drops its work waiting in the batcher)."""
+        started = time.perf_counter()
+        p = request if isinstance(request, SearchParams) else self.resolve(request)
+        state = SearchState.begin(
+            p, self.embedder, started=started, deadline=deadline, on_update=on_update, cancelled=cancelled
+        )
+        fusion = self.config.fusion
+        # sources=both: "quoted phrases" are what is said, the rest what is seen (engine.spoken); an
+        # index without cues is searched as before, quotes and all
+        both = p.sources == Sources.BOTH and getattr(self.index, "has_cues", False)
+        state.seen_text, state.said_text = split_clues(p.query) if both else (p.query, p.query)
+        self.stage1.embed_query(state)
+        if not self.stage1.apply_filter(state):
+            return state.finish()
+        if p.sources == Sources.SAID:  # what is said alone: no stage 1 or 2
+            said.said_search(state, self.index, self.evidence, fusion=fusion)
+            return state.finish()
+        self.stage1.shortlist(state)
+        if p.sources == Sources.BOTH:
+            said.join(state, self.index, self.evidence, fusion=fusion)
+        if state.on_update is not None:
+            state.on_update(list(state.hits))
+        if p.mode in STAGE2_MODES and state.hits:
+            self.cascade.run(state)
+        said.fuse_hits(state, self.evidence, fusion=fusion)
+        shape_results(state, self.evidence, fusion=fusion)
+        return state.finish()

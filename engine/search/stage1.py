@@ -1,0 +1,89 @@
+"""Stage 1: the query embedded, the filter applied, and this page's window of the FAISS ranking.
+
+    q = the backbone's embedding of the query (text, image, or both)       (query_embed)
+    allowed = the ids a metadata filter selects (optional)                 (filter)
+    the FAISS top offset + R + 1 by q·v_j within the filter, cut to R      (faiss)
+
+A search that goes on to stage 2 embeds its text query in a backbone call shared with other
+searches' queries (the batcher, when there is one: its wait is booked as ``query_queue``); a
+stage-1-only search (the light lane) or an image query embeds its own.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from core.config import SearchMode
+from engine.errors import InvalidRequest
+from engine.results import Hit
+from engine.runtime.batching import QUERIES
+from engine.search.request import unknown_filter_keys
+from engine.search.state import SearchState
+
+__all__ = ["STAGE2_MODES", "Stage1"]
+
+STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
+
+
+class Stage1:
+    def __init__(self, encoder, index, *, batcher=None):
+        self.encoder = encoder
+        self.index = index
+        self.batcher = batcher
+        self._faiss_lock = threading.Lock()  # a GPU FAISS index is not safe to search from two threads
+
+    def embed_query(self, state: SearchState) -> None:
+        """``state.q`` [1, d] (and ``q_np``) for ``state.seen_text`` and the request's image."""
+        p, clock = state.params, state.clock
+        if self.batcher is None or p.image is not None or p.mode not in STAGE2_MODES:
+            with clock.stage("query_embed"):
+                images = None if p.image is None else [p.image]
+                q = self.encoder.embed_queries([state.seen_text], images=images).float()
+        else:
+            (q,) = self.batcher.run(
+                clock,
+                self.encoder,
+                [state.seen_text],
+                kind=QUERIES,
+                queue="query_queue",
+                compute="query_embed",
+            )
+            q = q.float()[None]
+        state.q = q
+        state.q_np = q.numpy().astype("float32")
+
+    def apply_filter(self, state: SearchState) -> bool:
+        """The ids the request's filter allows (``state.allowed``); False when it allows none."""
+        p = state.params
+        if not p.filter:
+            return True
+        with state.clock.stage("filter"):
+            try:
+                state.allowed = self.index.filter_ids(p.filter)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise InvalidRequest("filter", str(exc) or "malformed filter") from exc
+            state.outcome.warnings += unknown_filter_keys(self.index, p.filter)
+        return bool(state.allowed)
+
+    def shortlist(self, state: SearchState) -> None:
+        """This page's window of the stage-1 ranking as ``state.hits`` (and whether more follow)."""
+        p = state.params
+        with state.clock.stage("faiss"):
+            # this page's window of the ranking, and one more to know whether another page follows
+            with self._faiss_lock:
+                found = self.index.search(state.q_np, p.offset + p.shortlist + 1, allowed_ids=state.allowed)[
+                    0
+                ]
+        state.outcome.more = len(found) > p.offset + p.shortlist
+        state.shown = [v for v, _ in found[: p.offset]]
+        window = list(enumerate(found, start=1))[p.offset : p.offset + p.shortlist]
+        state.hits = [
+            Hit(
+                video_id=v,
+                score=float(s),
+                stage1_score=float(s),
+                stage1_rank=rank,
+                record=self.index.video(v),
+            )
+            for rank, (v, s) in window
+        ]

@@ -1,0 +1,67 @@
+"""The typed state one search carries from stage to stage (engine.search.searcher).
+
+Each stage reads what the stages before it wrote and adds its own part: the resolved request and
+the answer being built (:meth:`SearchState.begin`), the query embedding and the filter (stage 1),
+the shortlist as hits, the spoken page (``sources=both``), then stage 2's order; the last stages
+shape ``outcome`` from ``hits``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from engine.results import Hit, SearchOutcome
+from engine.search.clock import StageClock
+from engine.search.request import SearchParams
+
+__all__ = ["SearchState"]
+
+
+@dataclass
+class SearchState:
+    params: SearchParams
+    outcome: SearchOutcome
+    clock: StageClock
+    started: float  # time.perf_counter() at the search's start (``timings_ms.total``)
+    seen_text: str | None = None  # the text the frames are searched with
+    said_text: str | None = None  # ... and the cues (sources=both splits quoted phrases off)
+    q: torch.Tensor | None = None  # the query embedding [1, d]
+    allowed: set | None = None  # the ids a filter allows (None: no filter)
+    shown: list[str] = field(default_factory=list)  # videos earlier pages' visual windows showed
+    hits: list[Hit] = field(default_factory=list)  # the shortlist, in the order of the last stage
+    spoken: object = None  # engine.spoken.SpokenPage of a both-search that has words to look for
+    spoken_only: list[Hit] = field(default_factory=list)  # its spoken window outside the visual one
+    on_update: Callable[[list[Hit]], None] | None = None  # progressive results (the stream)
+    q_np: np.ndarray | None = None  # ``q`` as float32 numpy [1, d]
+
+    @classmethod
+    def begin(
+        cls, params: SearchParams, embedder: str, *, started: float, deadline, on_update, cancelled
+    ) -> SearchState:
+        outcome = SearchOutcome(
+            query=params.query or "",
+            mode=params.mode,
+            embedder=embedder,
+            shortlist=params.shortlist,
+            frames=params.frames,
+            hits=[],
+            warnings=list(params.notes),
+            offset=params.offset,
+            sources=params.sources,
+        )
+        clock = StageClock(outcome.timings_ms, deadline, cancelled)
+        return cls(params, outcome, clock, started, on_update=on_update)
+
+    @property
+    def q_vec(self) -> np.ndarray:
+        """The query embedding as float32 numpy [d]."""
+        return self.q_np[0]
+
+    def finish(self) -> SearchOutcome:
+        self.outcome.timings_ms["total"] = (time.perf_counter() - self.started) * 1e3
+        return self.outcome

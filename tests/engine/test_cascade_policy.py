@@ -1,0 +1,36 @@
+"""The cascade's policy (engine.search.cascade): which tier runs on which candidates, given what the
+search measured, as a table of cases; no index or model needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.search.cascade import HEAVY, TIME, CascadePolicy, Signals
+
+R = 10
+
+
+def _signals(**changes) -> Signals:
+    values = dict(mode="rerank", budget=3, heavy_margin=0.05, lead=0.01, time_plan=None)
+    return Signals(**{**values, **changes})
+
+
+@pytest.mark.parametrize(
+    ("signals", "route"),
+    [
+        (_signals(mode="frames"), (None, 0)),  # the frame tier's order stands
+        (_signals(budget=0), (None, 0)),  # heavy 0: the frame tier alone
+        (_signals(budget=0, time_plan="order"), (None, 0)),  # no budget: not the time tier either
+        (_signals(time_plan="order", lead=0.5), (TIME, R)),  # the time head answers it: all of R
+        (_signals(lead=0.5), (None, 0)),  # the frame tier's lead settles it
+        (_signals(lead=0.05), (None, 0)),  # a lead that reaches the margin settles it
+        (_signals(lead=0.01), (HEAVY, 3)),  # too close to call: the heavy tier on the top 3
+        (_signals(lead=None), (HEAVY, 3)),  # one candidate: nothing to compare, the budget decides
+        (_signals(lead=0.5, heavy_margin=2.0), (HEAVY, 3)),  # asked for (heavy given): always
+        (_signals(lead=0.5, asks_for_time=True, streaming=True), (HEAVY, 3)),  # a lead means nothing
+        (_signals(lead=0.5, asks_for_time=True, streaming=False), (None, 0)),  # one-shot is as blind
+    ],
+)
+def test_the_policy_routes_by_the_measured_signals(signals, route):
+    got = CascadePolicy().route(signals, R)
+    assert (got.tier, got.candidates) == route and got.why
