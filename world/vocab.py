@@ -111,10 +111,12 @@ class EventKind:
 EVENTS: tuple[EventKind, ...] = tuple(EventKind(c, s) for c in COLOURS for s in SHAPES)
 
 
-def order_text(first: EventKind, second: EventKind, phrasing: int = 0) -> str:
+def order_text(
+    first: EventKind, second: EventKind, phrasing: int = 0, *, phrasings: tuple[str, ...] = ORDER_PHRASINGS
+) -> str:
     """ "a red square appears, then a blue circle appears" (phrasing 1: "first ..., then ...";
     2: "a blue circle appears after a red square appears"; 3: "a red square appears before ...")."""
-    return ORDER_PHRASINGS[phrasing % len(ORDER_PHRASINGS)].format(
+    return phrasings[phrasing % len(phrasings)].format(
         a1=first.article, n1=first.name, a2=second.article, n2=second.name
     )
 
