@@ -74,9 +74,9 @@ def test_clip_teacher_and_corpora_options_refuse_what_cannot_work(
 
 
 def test_make_synthetic_refuses_count_pairs_that_cannot_fit(tmp_path, capsys):
-    code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--max-duration", "30"])
+    code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--max-duration", "20"])
     assert code == 2
-    assert "count pairs need videos of at least 36 s" in capsys.readouterr().out
+    assert "count pairs need videos of at least 24 s" in capsys.readouterr().out
     code = main(["make-synthetic", str(tmp_path / "r"), "--kind", "retrieval", "--count-pairs", "33"])
     assert code == 2
     assert "count_pairs must be between 0 and 32" in capsys.readouterr().out
