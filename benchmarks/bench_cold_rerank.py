@@ -229,7 +229,7 @@ def compare_codecs(index: Path, model: Path, args) -> list[dict]:
             )
             for rank, (vid, _) in enumerate(reader.search(q.numpy()[None], args.shortlist)[0], 1):
                 rec = reader.video(vid)
-                idx, _, _ = reranker.select(Hit(vid, 0.0, 0.0, rank, record=rec), request)
+                idx = reranker.select(Hit(vid, 0.0, 0.0, rank, record=rec), request).read
                 source = decode_frames(rec.path, idx, size=loaded.backbone.frame_shape(rec.width, rec.height))
                 clips = [VideoClip(source, idx, rec.fps)]
                 for c in codecs:

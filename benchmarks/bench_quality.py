@@ -2,15 +2,15 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
         [--heavy 1 2 3] [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
-        [--conditioning none] [--videos 32] [--order-pairs 4] [--count-pairs 4] [--frames 32]
-        [--shortlist 10] [--workdir DIR] [--json results.json]
+        [--conditioning none] [--videos 32] [--motion-pairs 7] [--order-pairs 5] [--count-pairs 3]
+        [--count3-pairs 3] [--time-singles 8] [--frames 32] [--shortlist 10] [--workdir DIR] [--json F]
 
 Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
 videos (2-5 min, random size, aspect ratio, fps 4-8, H.264 / MPEG-4 / VP9 in mp4 / avi / webm /
 mkv), each a grey haystack with one 2-3 s event, every event distinct, queried with one of the
-world's phrasings; ``--order-pairs`` mirror pairs (A then B / B then A) queried with ordered
-phrasings; and ``--count-pairs`` count pairs (one event shown once / twice, the showings at least
-20 s apart, over the same haystack) queried with count phrasings ("a red square appears twice").
+world's phrasings; and a *time collection* (benchmarks/quality_time.py: reversal pairs, mirror pairs
+anywhere, once / twice and twice / three-times pairs, and single events among them) whose queries
+about motion, order and count are searched within their pair and over the whole collection.
 It indexes them (K = 128 uniform frames, the default frame bank) with the shipped
 tiny-world backbone, loads the engine, and runs every query through ``Engine.search_sync`` in each
 mode, in one run:
@@ -37,10 +37,10 @@ and reports, mean ± std over the seeds:
   median event length, and the share whose moment covers the event within ±1 s;
 - needle recall of the selection: over queries whose right video was re-encoded and whose event
   has frames in the frame bank, the share of those bank frames that stage 2 selected;
-- order: on the mirror pairs, the share of ordered queries whose right video ranks above its mirror
-  (each search restricted to the pair by a filter on its ``group`` metadata: chance is 0.5);
-- count: on the count pairs, the share of count queries whose right video ranks above its partner
-  (likewise restricted to the pair);
+- motion, order, count (the time collection, benchmarks/quality_time.py): within the pair, the
+  share of queries whose right video ranks above its partner (chance 0.5); over the collection, the
+  share whose first result the query is true of (Hit@1); the median time of those searches; and a
+  row of its own for the hand rule over per-frame scores (benchmarks/hand_rule.py);
 - v_ij move: mean 1 - cos(v_ij, v_j) of the right video (how far stage 2 moved its embedding);
 - clips: for streaming stage 2, the mean share of planned clips encoded (Eq. 19: saved = 1 - this)
   and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
@@ -68,6 +68,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import environment, recorded_args, world_workdir_and_model  # noqa: E402
+from benchmarks.quality_time import RULE, TIME_METRICS, time_corpus, time_rows  # noqa: E402
+from benchmarks.quality_time import add_arguments as add_time_arguments  # noqa: E402
 from core.config import DEFAULT_HEAVY, DEFAULT_HEAVY_MARGIN, DEFAULT_TEXT_CONDITIONING  # noqa: E402
 
 METRICS = (
@@ -82,8 +84,7 @@ METRICS = (
     ("moment", "moment ±1 s %", True),
     ("bank_holds", "bank holds event %", True),
     ("needle_recall", "needle recall %", True),
-    ("order", "order %", True),
-    ("count", "count %", True),
+    *TIME_METRICS,
     ("move", "v_ij move", False),
     ("clips", "clips used %", True),
     ("agreement", "top-1 = full %", True),
@@ -282,34 +283,6 @@ def no_match(engine, corpus, args) -> dict:
     }
 
 
-def pair_accuracy(engine, corpus, kind: str, mode: Mode, args, *, within_pair: bool = False) -> float:
-    """Share of ``kind`` queries (order, count) whose right video ranks above its pair partner (the
-    mirror, the other count); each search over the whole corpus, or with ``within_pair`` over the
-    pair alone (a filter on the manifest's ``group``)."""
-    truth = corpus.by_id()
-    wins = []
-    for query, right in corpus.queries(kind):
-        group = truth[right].group
-        partner = next(v.id for v in corpus.videos if v.group == group and v.id != right)
-        n = 2 if within_pair else len(corpus.videos)
-        request = {
-            "query": query, "mode": mode.search, "top_k": n, "shortlist": n, "frames": args.frames,
-            "exit_threshold": mode.exit_threshold, **dict(mode.request),
-        }  # fmt: skip
-        if within_pair:
-            request["filter"] = {"group": group}
-        if "heavy" in request:  # the shortlist is the whole (smaller) corpus or pair
-            request["heavy"] = min(request["heavy"], n)
-        ids = [h.video_id for h in engine.search_sync(request).hits]
-        if within_pair and set(ids) != {right, partner}:  # e.g. a corpus cached before pairs had groups
-            raise SystemExit(
-                f"a search restricted to the pair {group} found {sorted(ids)}: its index lacks the pairs' "
-                f"group metadata; delete {corpus.root} and the indexes built from it, then rerun"
-            )
-        wins.append(float(ids.index(right) < ids.index(partner)) if partner in ids else 0.0)
-    return float(np.mean(wins)) if wins else float("nan")
-
-
 def modes_for(args) -> list[Mode]:
     r = args.shortlist
     modes = [
@@ -377,8 +350,8 @@ def modes_for(args) -> list[Mode]:
 
 
 def corpora(seed: int, args) -> tuple:
-    """(single, order, count) corpora of ``seed`` (order / count: None when not asked for), rendered
-    once and cached under the workdir."""
+    """(single-event corpus, time collection) of ``seed`` (the collection None when not asked for),
+    rendered once and cached under the workdir."""
     from world.corpus import CorpusConfig, make_corpus
 
     work = Path(args.workdir)
@@ -386,14 +359,7 @@ def corpora(seed: int, args) -> tuple:
     single = make_corpus(
         work / f"corpus-{seed}", CorpusConfig(videos=args.videos, seed=seed, **lengths), progress=True
     )
-    order = count = None
-    if args.order_pairs:
-        config = CorpusConfig(videos=0, order_pairs=args.order_pairs, seed=1000 + seed, prefix="o", **lengths)
-        order = make_corpus(work / f"order-{seed}", config, progress=True)
-    if args.count_pairs:
-        config = CorpusConfig(videos=0, count_pairs=args.count_pairs, seed=2000 + seed, prefix="", **lengths)
-        count = make_corpus(work / f"count-{seed}", config, progress=True)
-    return single, order, count
+    return single, time_corpus(seed, args)
 
 
 def one_seed(seed: int, args, model: Path) -> dict:
@@ -401,13 +367,13 @@ def one_seed(seed: int, args, model: Path) -> dict:
     from engine.loader import load_engine
 
     work = Path(args.workdir)
-    single, order, count = corpora(seed, args)
+    single, timed = corpora(seed, args)
     results: dict[str, dict] = {}
     tops: dict[str, dict] = {}
     builds: dict[str, dict] = {}
     for mode in modes_for(args):
         head = Path(args.index_head) if mode.index == "qaslr" else None
-        for name, corpus in (("single", single), ("order", order), ("count", count)):
+        for name, corpus in (("single", single), ("time", timed)):
             if corpus is None:
                 continue
             bank = f"-bank{mode.bank}" if mode.bank else ""
@@ -429,10 +395,12 @@ def one_seed(seed: int, args, model: Path) -> dict:
                         metrics.update(no_match(engine, single, args))
                     row.update(metrics)
                     tops[mode.name] = seen
-                elif name == "order":
-                    row["order"] = pair_accuracy(engine, corpus, "order", mode, args, within_pair=True)
                 else:
-                    row["count"] = pair_accuracy(engine, corpus, "count", mode, args, within_pair=True)
+                    request = {"mode": mode.search, "frames": args.frames, "exit_threshold": mode.exit_threshold,
+                               **dict(mode.request)}  # fmt: skip
+                    row.update(time_rows(engine, corpus, request, args))
+                    if mode.search == "frames":  # the hand rule reorders the frame tier's ranking
+                        results[RULE] = time_rows(engine, corpus, request, args, rule=True)
             finally:
                 engine.close()
     for mode in modes_for(args):  # early exit: agreement of the top-1 with the full stream's (Prop. 3)
@@ -459,10 +427,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--videos", type=int, default=32, help="single-event videos per corpus (1-32)")
-    p.add_argument("--order-pairs", type=int, default=4, help="mirror pairs per seed (0: no order column)")
-    p.add_argument(
-        "--count-pairs", type=int, default=4, help="once / twice pairs per seed (0: no count column)"
-    )
+    add_time_arguments(p)
     p.add_argument("--min-s", type=float, default=120.0)
     p.add_argument("--max-s", type=float, default=300.0)
     p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")
@@ -531,7 +496,9 @@ def main(argv=None) -> int:
         corpora(seed, args)
     per_seed = {seed: one_seed(seed, args, model) for seed in args.seeds}
     minutes = (time.perf_counter() - started) / 60
-    modes = [m.name for m in modes_for(args)]
+    modes = [m.name for m in modes_for(args)] + (
+        [RULE] if any(RULE in per_seed[s] for s in args.seeds) else []
+    )
     print(
         f"\nshapes world, {args.videos} videos of {args.min_s:.0f}-{args.max_s:.0f} s, one 2-3 s event each "
         f"(chance Hit@1 {100 / args.videos:.1f} %), R={args.shortlist}, K'={args.frames}, seeds {args.seeds}; "

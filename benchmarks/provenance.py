@@ -93,7 +93,9 @@ def parallel_capacity(seconds: float = 0.75, rounds: int = 3, processes: int | N
     import multiprocessing
     import statistics
 
-    n = processes or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    n = processes or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
     ctx = multiprocessing.get_context("spawn")  # no state of the caller's threads in the children
     ratios = []
     with ctx.Pool(n) as pool:

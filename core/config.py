@@ -164,6 +164,15 @@ DEFAULT_HEAVY = 3
 # earn its cost (up to a second a query), so single-event queries stop at the frame tier; order and
 # count queries go to the time head (engine.tiers.timehead) whatever this is.
 DEFAULT_HEAVY_MARGIN = 0.0
+# A query the rerank head's router calls about time (motion or change, an order, a count) goes to a
+# streaming head that reads moments (engine.search.cascade) when the frame tier's first candidates lie
+# within TIE_MARGIN of its best (it cannot tell them apart: a video and its reversal, its mirror, its
+# count partner hold the same frames), at most HEAD_CANDIDATES of them (what the head was trained to
+# rerank); the head's order stands where its best beats the frame tier's first by KEEP_MARGIN on its
+# own score. Chosen on the development seeds of training/moment_head.py (MomentRecipe.dev_seeds).
+DEFAULT_TIE_MARGIN = 0.05
+DEFAULT_HEAD_CANDIDATES = 6
+DEFAULT_KEEP_MARGIN = 0.0
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 # Refining costs a decode of the source around each edge: with 3, refinement was 86 % of the default
 # cascade's p50 (403 of 469 ms; bench_quality seeds 0-2), for R1@0.7 that is measured on the top-1.

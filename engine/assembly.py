@@ -41,6 +41,7 @@ class RerankModel:
     time_head: object | None = None
     time_fingerprint: str | None = None
     time_source: str | None = None  # "QASLR_TIME_HEAD", or "checkpoint" (MODEL/time_head/)
+    router: object | None = None  # models.router.Router: which queries the rerank head answers
 
 
 def searcher_for(
@@ -111,6 +112,7 @@ def searcher_for(
         gate=gate,
         batcher=batcher,
         time_head=rerank.time_head,
+        router=rerank.router if stage2_head is rerank.head else None,
     )
     return encoder, searcher
 
@@ -133,6 +135,8 @@ def check_clip_plan(head: StreamingHead, config: EngineConfig, streaming, tempor
     it was trained with (models.selection.ClipPlan: same K' and M, and every frame count up to K'
     cut into the same clips); the message names both plans and what to change. A head that records
     no plan (saved before plans were recorded) is served with a warning."""
+    if head.config.window_plan is not None:  # it reads moments: its windows cut its clips, whatever K'
+        return
     serving = serving_clip_plan(config, streaming)
     trained = head.config.clip_plan
     if trained is None:

@@ -23,11 +23,14 @@ from core.config import (
     BATCH_NICE,
     DEFAULT_FRAMES,
     DEFAULT_FUSION,
+    DEFAULT_HEAD_CANDIDATES,
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
+    DEFAULT_KEEP_MARGIN,
     DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
     DEFAULT_TEXT_CONDITIONING,
+    DEFAULT_TIE_MARGIN,
     FRAME_AGGREGATE,
     MAX_FRAMES,
     MAX_SHORTLIST,
@@ -156,6 +159,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("heavy_margin", float, DEFAULT_HEAVY_MARGIN, "... only when the frame tier's first two scores lie "
             "within this (its answer is close to call); 0 = never unless a request asks (single-event "
             "queries stop at the frame tier); 2 = always.", SEARCH, bounds={"ge": 0, "le": 2}),
+    Setting("tie_margin", float, DEFAULT_TIE_MARGIN, "A query the rerank head's router calls about time "
+            "(motion, order, count) goes to a streaming head that reads moments when the frame tier's first "
+            "candidates lie within this of its best score (it cannot tell them apart).", SEARCH,
+            bounds={"ge": 0, "le": 2}),
+    Setting("head_candidates", int, DEFAULT_HEAD_CANDIDATES, "... at most this many of them (what the head was "
+            "trained to rerank).", SEARCH, bounds={"ge": 2, "le": MAX_SHORTLIST}),
+    Setting("keep_margin", float, DEFAULT_KEEP_MARGIN, "... and the head's order stands only where its best "
+            "beats the frame tier's first by this on the head's own score (else the frame tier's order "
+            "stands, and the answer says so).", SEARCH, bounds={"ge": 0, "le": 2}),
     Setting("refine_moments", int, DEFAULT_REFINE_MOMENTS, "Results whose moments are refined at the source's "
             "frame rate (0 = bank resolution only).", SEARCH, bounds={"ge": 0}),
     Setting("frame_aggregate", FrameAggregate, FRAME_AGGREGATE, "The frame tier's score of a candidate from "

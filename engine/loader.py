@@ -47,6 +47,7 @@ def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: b
         path, source = checkpoint_head_dir(config.model), "checkpoint"
     if path is not None:
         from models.head import head_fingerprint, load_head
+        from models.router import load_router
 
         try:
             rerank.head = load_head(path, device=backbone.device)
@@ -54,6 +55,7 @@ def load_rerank_model(config: EngineConfig, backbone: Backbone, *, index_head: b
             raise ConfigurationError(f"the rerank head cannot be loaded: {summarize(exc)}") from exc
         rerank.fingerprint = head_fingerprint(path)
         rerank.source = source
+        rerank.router = load_router(path)  # which queries are about time (a head that reads moments)
         if rerank.head.config.hidden_size != backbone.hidden_size:
             raise ConfigurationError(
                 f"the rerank head ({source}) expects hidden size {rerank.head.config.hidden_size}, but the "

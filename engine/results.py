@@ -104,6 +104,7 @@ class SearchOutcome:
     store_errors: int = 0
     warnings: list[str] = field(default_factory=list)
     sources: str = Sources.SEEN  # what the ranking is by (engine.spoken)
+    route: str | None = None  # which stage-2 tier ranked the answer, and the measured signals why
 
 
 def ordered(hits: list[Hit]) -> list[Hit]:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["WindowPlan", "moment_windows"]
+__all__ = ["WindowPlan", "moment_windows", "window_reads"]
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,19 @@ class WindowPlan:
     frames: int = 8  # L: at most this many consecutive bank frames per window (context included)
     level: float = 0.5  # a window spans frames above median + level * (peak - median)
     margin: int = 1  # frames of context on each side of a window's run
+    # each bank frame read with the source frame this many seconds after it (0: none): the backbone
+    # groups frames in temporal pairs (Qwen3-VL's temporal patch of 2), so a pair a moment apart
+    # shows how things move within one patch (``window_reads``)
+    pair_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.windows < 1 or self.frames < 2 or self.margin < 0 or not 0.0 <= self.level < 1.0:
+        if (
+            self.windows < 1
+            or self.frames < 2
+            or self.margin < 0
+            or not 0.0 <= self.level < 1.0
+            or self.pair_s < 0
+        ):
             raise ValueError(f"invalid window plan {self}")
 
     def to_dict(self) -> dict:
@@ -93,3 +103,25 @@ def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarra
         windows.append(np.arange(first, last + 1, dtype=np.int64))
         taken[max(0, first - 1) : last + 2] = True
     return sorted(windows, key=lambda w: int(w[0]))
+
+
+def window_reads(
+    windows: list[np.ndarray], frame_indices, fps: float, frame_count: int, pair_s: float = 0.0
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The source frames a candidate's windows read, chronological, and each window's clip as
+    positions into them: the windows' bank frames (``frame_indices`` [C] maps bank positions to
+    source frames), each followed, with ``pair_s`` > 0, by the source frame ``pair_s`` seconds later
+    (at least the next one, at most the video's last), so that every temporal pair of a clip is a
+    bank frame and a moment after it."""
+    indices = np.asarray(frame_indices, dtype=np.int64)
+    step = max(1, round(pair_s * fps)) if pair_s > 0 else 0
+    reads, segments, at = [], [], 0
+    for window in windows:
+        bank = indices[np.asarray(window, dtype=np.int64)]
+        if step:
+            bank = np.stack([bank, np.minimum(bank + step, max(frame_count - 1, 0))], axis=1).reshape(-1)
+        reads.append(bank)
+        segments.append(np.arange(at, at + len(bank), dtype=np.int64))
+        at += len(bank)
+    read = np.concatenate(reads) if reads else np.zeros(0, dtype=np.int64)
+    return read, segments

@@ -107,6 +107,7 @@ def to_response(result, request_id: str, *, cache_backend: str, digest: str | No
         mode=result.mode,
         embedder=result.embedder,
         rerank_embedder=result.rerank_embedder,
+        route=result.route,
         shortlist=result.shortlist,
         frames=result.frames,
         results=results,

@@ -481,6 +481,12 @@ class SearchResponse(BaseModel):
         None,
         description="what stage 2 re-encoded with (qaslr: a streaming head; oneshot), or `time` when the time head ranked a query about order or count; null in indexed mode",
     )
+    route: str | None = Field(
+        None,
+        description="which stage-2 tier ranked the answer and the measured signals why (e.g. the rerank "
+        "head's router calling the query about time while the frame tier could not tell its first "
+        "candidates apart); null in indexed mode",
+    )
     shortlist: int
     frames: int
     results: list[SearchResult]

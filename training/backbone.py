@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from core.config import CHECKPOINT_TIME_HEAD_DIR
+from core.config import CHECKPOINT_HEAD_DIR, CHECKPOINT_TIME_HEAD_DIR
 from training.backbone_checks import frame_check, motion_check, video_check
 from training.backbone_config import (  # noqa: F401 (the recipe's names, imported from here)
     ASSET_DIR,
@@ -151,13 +151,18 @@ def train_backbone(
     phase = config.motion
     evals, minutes = _run_phase(
         MotionTrainer(backbone, config), out / "state-motion.pt", phase.steps, phase.eval_every,
-        lambda step: {**frame_check(backbone, trials=1), **video_check(backbone), **motion_check(backbone)},
+        lambda step: {**frame_check(backbone, trials=1), **video_check(backbone),
+                      **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip
         log, desc="motion phase", progress=progress,
     )  # fmt: skip
     state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"))
     backbone.model.eval()
-    final = {**frame_check(backbone, trials=3), **video_check(backbone), **motion_check(backbone)}
+    final = {
+        **frame_check(backbone, trials=3),
+        **video_check(backbone),
+        **motion_check(backbone, pair_s=phase.pair_s),
+    }
     recipe = {
         "preset": PRESET,
         "config": asdict(config),
@@ -227,7 +232,8 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
         tokenizer=assets / "tokenizer.json",
         info=info,
     )
-    shipped = ASSET_DIR / CHECKPOINT_TIME_HEAD_DIR
-    if seed == 0 and shipped.is_dir():  # the time head trained on these weights, served by default
-        shutil.copytree(shipped, Path(out) / CHECKPOINT_TIME_HEAD_DIR, dirs_exist_ok=True)
+    for folder in (CHECKPOINT_HEAD_DIR, CHECKPOINT_TIME_HEAD_DIR):  # heads trained on these weights
+        shipped = ASSET_DIR / folder
+        if seed == 0 and shipped.is_dir():  # served by default from the checkpoint's own folder
+            shutil.copytree(shipped, Path(out) / folder, dirs_exist_ok=True)
     return out

@@ -71,11 +71,12 @@ def video_check(backbone: Backbone, *, seed: int = 54321, frames: int = 64) -> d
 
 
 @torch.no_grad()
-def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56) -> dict:
+def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56, pair_s: float = 0.0) -> dict:
     """Text -> clip on held-out reversal pairs (training.world_data ``motion_pair``, drawn with
     ``seed``): every phrasing of each clip's change against the pair's two clips (``reversal``: the
     share that ranks the right direction first, chance 0.5; per change in ``by_change``), and against
-    every clip drawn (``text_to_clip_top1``, chance 1 / (2 * pairs))."""
+    every clip drawn (``text_to_clip_top1``, chance 1 / (2 * pairs)). ``pair_s``: the clips' frames in
+    temporal pairs that far apart, as serving reads a moment (models.windows)."""
     from world.vocab import CHANGES
 
     was_training = backbone.model.training
@@ -86,7 +87,7 @@ def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56) -> d
         change = sampler.random_change()
         while change.change != CHANGES[k % len(CHANGES)]:
             change = sampler.random_change()
-        for sample in sampler.motion_pair(change):
+        for sample in sampler.motion_pair(change, paired=pair_s):
             clips.append(sample.clip)
             changes.append(sample.change)
     z = torch.cat([embed_clips(backbone, clips[i : i + 8]) for i in range(0, len(clips), 8)])

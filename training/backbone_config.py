@@ -39,16 +39,19 @@ class MotionPhaseConfig:
     negative for the motion text). Order texts take every world phrasing ("... after ...", "...
     before ..."). Its own sample stream (``seed_offset``), optimizer and probes."""
 
-    steps: int = 900
-    lr: float = 5e-4
+    steps: int = 1500
+    lr: float = 3e-4
     min_lr_ratio: float = 0.05
     warmup: int = 50
-    motion_pairs: int = 16
+    ramp: float = 0.4  # share of the steps over which the world's difficulty grows from easy to full again
+    motion_pairs: int = 12
+    pair_s: float = 0.2  # a reversal clip's frames come in temporal pairs this far apart (models.windows)
     static_twins: float = 0.25
+    probe_lr: float = 1e-2  # the fresh probes' own (fixed) learning rate
     # the first phase's mix, smaller: it keeps what the first phase learned while the steps go to motion
-    images: int = 24
-    empty_images: int = 6
-    clips: int = 6
+    images: int = 16
+    empty_images: int = 4
+    clips: int = 4
     empty_clips: int = 2
     long: int = 1
     order_pairs: int = 1
@@ -57,7 +60,7 @@ class MotionPhaseConfig:
     aux_weight: float = 0.05
     dense_weight: float = 0.05
     seed_offset: int = 1000
-    eval_every: int = 150
+    eval_every: int = 250
 
 
 @dataclass(frozen=True)

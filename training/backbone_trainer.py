@@ -24,7 +24,7 @@ from training.backbone_config import (
     embed_texts,
 )
 from training.world_data import Sample, WorldSampler, event_labels, shown_events, token_coverage
-from world.vocab import EVENTS, ORDER_PHRASINGS, PHRASINGS, change_texts, order_text
+from world.vocab import CHANGES, EVENTS, ORDER_PHRASINGS, PHRASINGS, change_texts, order_text
 
 logger = logging.getLogger(__name__)
 
@@ -264,6 +264,12 @@ class BackboneTrainer:
         labels = torch.tensor(singles + [-2] * (len(orders) + len(changes)))
         return texts, positive, masked, labels, hinge
 
+    def extra_losses(
+        self, videos: list[Sample], z_videos: torch.Tensor, clip_tokens
+    ) -> dict[str, torch.Tensor]:
+        """A phase's own terms over its video samples (their embeddings, the vision tower's tokens)."""
+        return {}
+
     def train_step(self) -> dict[str, float]:
         c = self.config
         t0 = time.perf_counter()
@@ -271,7 +277,7 @@ class BackboneTrainer:
         t1 = time.perf_counter()
         samples = images + videos
         for group in self.opt.param_groups:
-            group["lr"] = self.lr_at(self.step)
+            group["lr"] = group.get("fixed_lr") or self.lr_at(self.step)
         self._visual_out.clear()
         frames = [s.clip.frames[0] for s in images]
         z_img = embed_images(self.backbone, frames)
@@ -286,6 +292,7 @@ class BackboneTrainer:
         if videos:
             zs.append(embed_clips(self.backbone, [s.clip for s in videos]))
         z_vis = torch.cat(zs)
+        extra = self.extra_losses(videos, z_vis[len(images) :], self._visual_out[0] if videos else None)
         z_txt = embed_texts(self.backbone, texts)
         empty = torch.tensor([not s.shows for s in samples])
         scale = self.log_scale.exp().clamp(max=100.0)
@@ -299,6 +306,7 @@ class BackboneTrainer:
         aux = aux + self.probes(z_txt[single_t], text_labels[single_t])
         aux = aux + visual_aux
         total = losses["t2v"] + losses["v2t"] + losses["hinge"] + c.aux_weight * aux + c.dense_weight * dense
+        total = total + sum(extra.values(), total.new_zeros(()))
         self.opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -312,6 +320,7 @@ class BackboneTrainer:
             "aux": float(aux),
             "visual_aux": float(visual_aux),
             "dense": float(dense),
+            **{k: float(v) for k, v in extra.items()},
             "difficulty": self.sampler.difficulty,
             "temperature": float(1 / scale),
             "lr": self.lr_at(self.step - 1),
@@ -320,33 +329,83 @@ class BackboneTrainer:
         }
 
 
+# what one temporal pair of frames shows a vision token of a moving event (the dense motion probe's labels)
+LOCAL_CHANGES = ("right", "left", "down", "up", "grow", "shrink", "still")
+
+
 class MotionTrainer(BackboneTrainer):
     """The second phase (:class:`~training.backbone_config.MotionPhaseConfig`): the first phase's
-    mixed samples at full difficulty, plus reversal pairs, their events' still frames and static
-    twins, and every order phrasing; its own learning-rate schedule, optimizer, probes and samples."""
+    mixed samples (smaller, the world's difficulty ramped up again), plus reversal pairs whose frames
+    come in temporal pairs a moment apart (the backbone's temporal patch sees how things move inside
+    it), their events' still frames and static twins, and every order phrasing. Two probes of its
+    own teach the vision tower to see change: a pooled one (which change, or none, from the clip's
+    embedding) and a dense one (each vision token of the event: how it moves within its temporal
+    pair); its own learning-rate schedule, optimizer, probes and samples."""
 
     def __init__(self, backbone: Backbone, config: BackboneTrainConfig):
         phase = config.motion
         mix = ("steps", "lr", "warmup", "min_lr_ratio", "images", "empty_images", "clips", "empty_clips", "long",
-               "order_pairs", "aux_weight", "dense_weight")  # fmt: skip
+               "order_pairs", "aux_weight", "dense_weight", "ramp")  # fmt: skip
         first = replace(
-            config, frame_phase=0.0, seed=config.seed + phase.seed_offset, **{k: getattr(phase, k) for k in mix}
+            config,
+            frame_phase=0.0,
+            seed=config.seed + phase.seed_offset,
+            **{k: getattr(phase, k) for k in mix},
         )
         super().__init__(backbone, first)
         self.phase = phase
         self.order_phrasings = ORDER_PHRASINGS
-
-    def difficulty(self, step: int) -> float:
-        return 1.0
+        self.change_probe = nn.Linear(backbone.embed_dim, len(CHANGES) + 1)  # the changes, and none
+        self.motion_probe = nn.Linear(self.model.model.visual.config.out_hidden_size, len(LOCAL_CHANGES) + 1)
+        probes = list(self.change_probe.parameters()) + list(self.motion_probe.parameters())
+        self.opt.add_param_group({"params": probes, "weight_decay": 0.0, "fixed_lr": phase.probe_lr})
 
     def _samples(self, step: int) -> tuple[list[Sample], list[Sample]]:
         images, videos = super()._samples(step)
         s = self.sampler
         for _ in range(self.phase.motion_pairs):
-            forward, backward = s.motion_pair()
+            forward, backward = s.motion_pair(paired=self.phase.pair_s)
             videos += [forward, backward]
             event = forward.change.kind.index
             images.append(s.image(event))  # its event as a still frame (the hinge: motion texts find it)
             if self.rng.random() < self.phase.static_twins:
                 videos.append(s.clip(event))  # the same event, not moving: a negative for the motion text
         return images, videos
+
+    def extra_losses(self, videos, z_videos, clip_tokens) -> dict[str, torch.Tensor]:
+        """Which change a clip shows (or none: a static event), from its embedding; and, for every
+        vision token a changing event covers, how it moves within the token's temporal pair (balanced
+        against the tokens it does not cover, as the first phase's dense probe)."""
+        labels = torch.tensor([CHANGES.index(v.change.change) if v.change else len(CHANGES) for v in videos])
+        pooled = F.cross_entropy(self.change_probe(z_videos), labels)
+        per_clip = [self._token_labels(v) for v in videos]
+        target = torch.from_numpy(np.concatenate(per_clip))
+        if clip_tokens is None or len(target) != len(clip_tokens):  # the layout is not the one assumed
+            return {"change": pooled}
+        known = target >= 0
+        on = known & (target < len(LOCAL_CHANGES))
+        weight = torch.where(on, 0.5 / max(1, int(on.sum())), 0.5 / max(1, int((known & ~on).sum())))
+        per_token = F.cross_entropy(self.motion_probe(clip_tokens), target.clamp(min=0), reduction="none")
+        return {"change": pooled, "motion": (weight * known * per_token).sum()}
+
+    def _token_labels(self, sample: Sample) -> np.ndarray:
+        """Per vision token of ``sample`` (its temporal pairs in order, tokens row-major): how the event
+        moves there (LOCAL_CHANGES), none (len(LOCAL_CHANGES)) where it is not, or -1 (not a motion clip)."""
+        frames = sample.clip.frames
+        pairs = -(-len(frames) // 2)
+        h, w = frames.shape[1] // self._token_px, frames.shape[2] // self._token_px
+        if sample.change is None or sample.masks is None:
+            return np.full(pairs * h * w, -1, dtype=np.int64)
+        masks = sample.masks if len(frames) % 2 == 0 else np.concatenate([sample.masks, sample.masks[-1:]])
+        local = (
+            LOCAL_CHANGES.index(sample.change.change)
+            if sample.change.change in LOCAL_CHANGES
+            else len(LOCAL_CHANGES) - 1
+        )
+        out = []
+        for g in range(pairs):
+            covered = np.maximum(
+                token_coverage(masks[2 * g], self._token_px), token_coverage(masks[2 * g + 1], self._token_px)
+            )
+            out.append(np.where(covered > 0.1, local, len(LOCAL_CHANGES)))
+        return np.concatenate(out).astype(np.int64)

@@ -116,6 +116,7 @@ class EncodeTicket:
     cancelled: Callable[[], bool] | None
     deadline: float | None
     kind: str = CLIPS
+    query_states: list | None = None  # per clip: its query's token states (a head that reads the text)
     submitted: float = field(default_factory=time.perf_counter)
     results: list = field(default_factory=list)
     taken: int = 0  # items handed to a batch so far (FIFO within the request)
@@ -138,7 +139,8 @@ class EncodeTicket:
             if p is None
             else (id(getattr(p, "gate", None)), getattr(p, "eta", None), getattr(p, "t_min", None))
         )
-        return (self.kind, id(self.encoder), policy, self.queries is None, self.texts is None)
+        return (self.kind, id(self.encoder), policy, self.queries is None, self.texts is None,
+                self.query_states is None)  # fmt: skip
 
     def cost(self, i: int) -> int:
         """What item ``i`` takes of a batch's frame budget: a clip its frames, anything else one."""
@@ -235,9 +237,11 @@ class EncodeBatcher:
         cancelled: Callable[[], bool] | None = None,
         deadline: float | None = None,
         kind: str = CLIPS,
+        query_states: Sequence | None = None,
     ) -> EncodeTicket:
         """Queue ``items`` (of ``kind``: clips, image frames, or query texts) for
-        ``encoder`` (a VideoEncoder; for ``images``, a Backbone)."""
+        ``encoder`` (a VideoEncoder; for ``images``, a Backbone); ``query_states``, one per clip, for a
+        head that reads the query's text."""
         if kind not in (CLIPS, QUERIES, IMAGES):
             raise ValueError(f"unknown kind of batched work {kind!r}")
         ticket = EncodeTicket(
@@ -249,6 +253,7 @@ class EncodeBatcher:
             cancelled,
             deadline,
             kind,
+            None if query_states is None else list(query_states),
         )
         if not ticket.items:
             ticket.done.set()
@@ -482,7 +487,8 @@ class EncodeBatcher:
             return list(encoder.embed_images(batch))
         texts = None if first.texts is None else [t.texts[i] for t, i in slots]
         queries = None if first.queries is None else torch.stack([t.queries[i] for t, i in slots])
-        return encoder.encode(batch, texts=texts, queries=queries, exit_policy=first.exit_policy)
+        extra = {} if first.query_states is None else {"query_states": [t.query_states[i] for t, i in slots]}
+        return encoder.encode(batch, texts=texts, queries=queries, exit_policy=first.exit_policy, **extra)
 
 
 def _holds(backend, backbone) -> bool:

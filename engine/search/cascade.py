@@ -6,11 +6,20 @@ that applies wins:
 
     rule                                                                   route
     mode ``frames``, or no heavy budget (``heavy`` 0)                      the frame tier's order stands
+    the heavy tier is a streaming head that reads moments (models.windows),
+        its router says the query is about time (motion or change, an
+        order, a count: p >= its threshold) and the frame tier cannot tell
+        its first few apart (two or more within ``tie_margin`` of its best) the heavy tier, on those few
     a query about order or count that the time head answers               the time tier, on all R
     the frame tier's lead (its first score less its second) reaches
-        ``heavy_margin``, unless a streaming heavy tier is asked about
-        time (engine.search.temporal: a lead means nothing there)         the frame tier's order stands
+        ``heavy_margin``                                                   the frame tier's order stands
     otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
+
+The router is learned (a logistic regression on q, trained with the head: training.moment_head), so
+no template over the sentence decides the ranking. The head may only reorder what the frame tier
+could not tell apart, and a reordering stands only when the head's evidence is stronger: its best
+candidate beats the frame tier's first by at least ``keep_margin`` on the head's own score, else the
+frame tier's order stands (and the answer says so). Every answer records its route (``route``).
 
 The heavy tier is the streaming head's when one serves stage 2, else one-shot; a request of
 K' <= L goes one-shot as a whole (§3.1: short inputs keep the backbone's own pathway), and says
@@ -27,7 +36,6 @@ from dataclasses import dataclass
 from core.config import SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
-from engine.search.temporal import asks_for_time
 from engine.tiers import RerankStats, TierRequest
 from models.selection import query_key
 
@@ -45,8 +53,11 @@ class Signals:
     heavy_margin: float
     lead: float | None  # the frame tier's first score less its second (None: one candidate)
     time_plan: object = None  # the order or count the time head answers (None: not such a query)
-    asks_for_time: bool = False  # the words name an order or a count
     streaming: bool = False  # the heavy tier is a streaming head
+    moments: bool = False  # ... one that reads moments and answers queries about time
+    about_time: float | None = None  # the router's probability that the query is about time
+    router_threshold: float = 0.5
+    ties: int = 1  # the frame tier's first candidates within ``tie_margin`` of its best (at most the cap)
 
 
 @dataclass(frozen=True)
@@ -63,9 +74,13 @@ class CascadePolicy:
     def route(self, s: Signals, shortlist: int) -> Route:
         if s.mode != SearchMode.RERANK or s.budget == 0:
             return Route(None, why="no heavy budget")
+        if s.moments and s.about_time is not None and s.about_time >= s.router_threshold and s.ties >= 2:
+            why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
+                   f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
+            return Route(HEAVY, s.ties, why=why)
         if s.time_plan is not None:
             return Route(TIME, shortlist, why="a query about order or count")
-        if s.lead is not None and s.lead >= s.heavy_margin and not (s.streaming and s.asks_for_time):
+        if s.lead is not None and s.lead >= s.heavy_margin:
             return Route(None, why="the frame tier's lead settles it")
         return Route(HEAVY, s.budget, why="too close to call, or asked for")
 
@@ -73,17 +88,28 @@ class CascadePolicy:
 class Cascade:
     """The tiers of stage 2 over one index and the policy that routes between them."""
 
-    def __init__(self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None):
+    def __init__(
+        self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
+        tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0,
+    ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
         self.short_reranker = short_reranker  # one-shot, for a streaming stage 2's requests of K' <= L
         self.time_tier = time_tier
         self.policy = policy or CascadePolicy()
+        self.router = router  # models.router.Router: is a query about time (the moment head's)
+        self.tie_margin, self.head_candidates, self.keep_margin = tie_margin, head_candidates, keep_margin
+
+    @property
+    def moments(self) -> bool:
+        """Whether the heavy tier is a streaming head that reads moments (and answers time queries)."""
+        return self.reranker.window_plan is not None
 
     def heavy_tier(self, frames: int):
         """The heavy tier for a request of ``frames`` = K': the streaming head's, unless K' <= L
-        (§3.1: short inputs keep the backbone's own pathway), which goes one-shot for every candidate."""
-        if self.short_reranker is not None and self.reranker.encoder.is_short(frames):
+        (§3.1: short inputs keep the backbone's own pathway), which goes one-shot for every candidate;
+        a head that reads moments cuts its own clips (models.windows), whatever K'."""
+        if self.short_reranker is not None and not self.moments and self.reranker.encoder.is_short(frames):
             return self.short_reranker
         return self.reranker
 
@@ -113,21 +139,52 @@ class Cascade:
         lead = None
         if len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
+        about = None
+        if self.moments and self.router is not None and budget and request.query is not None:
+            about = self.router.probability(request.q)
+        best = hits[0].frame_score if hits else None
+        ties = sum(1 for h in hits[: self.head_candidates]
+                   if best is not None and (h.frame_score or 0.0) >= best - self.tie_margin)  # fmt: skip
         return Signals(
             mode=p.mode, budget=budget, heavy_margin=p.heavy_margin, lead=lead, time_plan=plan,
-            asks_for_time=asks_for_time(request.query), streaming=self.reranker.streaming,
+            streaming=self.reranker.streaming,
+            moments=self.moments, about_time=about,
+            router_threshold=self.router.threshold if self.router is not None else 0.5, ties=ties,
         )  # fmt: skip
 
     def _route(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> list[Hit]:
         hits = self.frame_tier.run(request, hits)
         signals = self.signals(state, request, hits)
         route = self.policy.route(signals, len(hits))
+        state.outcome.route = route.why
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
             state.outcome.rerank_embedder = self.time_tier.name
             return self.time_tier.run(request, hits, signals.time_plan)
         if route.tier == HEAVY:
-            return self._heavy(state, request, hits, route.candidates)
+            ranked = self._heavy(state, request, hits, route.candidates)
+            return (
+                self._keep_unless_stronger(state, hits, ranked, route.candidates)
+                if signals.about_time
+                else ranked
+            )
         return hits
+
+    def _keep_unless_stronger(
+        self, state: SearchState, frame: list[Hit], ranked: list[Hit], m: int
+    ) -> list[Hit]:
+        """A head routed to by the router reorders the frame tier's near-ties only where its evidence is
+        stronger: its best beats the frame tier's first by ``keep_margin`` on its own score; else the
+        frame tier's order stands, and the answer says so."""
+        first = frame[0]
+        if not ranked or ranked[0] is first or first.tier != self.reranker.name:
+            return ranked
+        if ranked[0].score - first.score >= self.keep_margin:
+            return ranked
+        state.outcome.route += "; the head's evidence was not stronger: the frame tier's order stands"
+        group = sorted(ranked[:m], key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank))
+        for hit in group:  # ranked by the frame tier: its score and name
+            hit.score, hit.tier = hit.frame_score, self.frame_tier.name
+        return group + ranked[m:]
 
     def _heavy(self, state: SearchState, request: TierRequest, hits: list[Hit], m: int) -> list[Hit]:
         """The heavy tier over the frame tier's top ``m``, above the rest (module docstring)."""

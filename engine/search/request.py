@@ -48,6 +48,9 @@ class SearcherConfig:
     refine_moments: int  # results whose moments are refined at the source's rate
     frame_aggregate: str  # the frame tier's score (engine.tiers.frame)
     fusion: str  # how sources=both fuses the rankings (engine.spoken)
+    tie_margin: float = 0.0  # a query about time: the frame tier's near-ties the moment head reranks
+    head_candidates: int = 6  # ... at most this many
+    keep_margin: float = 0.0  # ... its order standing where its evidence is stronger by this
     max_top_k: int = MAX_TOP_K
     max_shortlist: int = MAX_SHORTLIST
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
@@ -70,6 +73,9 @@ class SearcherConfig:
             refine_moments=config.refine_moments,
             frame_aggregate=config.frame_aggregate,
             fusion=Fusion(config.fusion),
+            tie_margin=config.tie_margin,
+            head_candidates=config.head_candidates,
+            keep_margin=config.keep_margin,
         )
 
 

@@ -70,6 +70,7 @@ class Searcher:
         gate=None,
         batcher=None,
         time_head=None,
+        router=None,
     ):
         self.encoder, self.index, self.cache, self.batcher = encoder, index, cache, batcher
         config = self.config = config or SearcherConfig.from_engine_config()
@@ -87,7 +88,7 @@ class Searcher:
             # the index's stored pixels are at its own working size: another size decodes instead
             store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
         )
-        self.cascade = self._cascade(rerank_encoder or encoder, oneshot_encoder, gate, time_head)
+        self.cascade = self._cascade(rerank_encoder or encoder, oneshot_encoder, gate, time_head, router)
         self.stage1 = Stage1(encoder, index, batcher=batcher)
         if batcher is not None:
             serialize_processor(getattr(encoder, "backbone", None))
@@ -99,9 +100,12 @@ class Searcher:
             index, aggregate=config.frame_aggregate, refiner=refiner, refine_moments=config.refine_moments
         )
 
-    def _cascade(self, stage2: VideoEncoder, oneshot: VideoEncoder | None, gate, time_head) -> Cascade:
+    def _cascade(
+        self, stage2: VideoEncoder, oneshot: VideoEncoder | None, gate, time_head, router
+    ) -> Cascade:
         """Stage 2's tiers over this index: the frame tier, the heavy tier (and, for a streaming one,
-        the one-shot tier its requests of K' <= L go to, §3.1), and the time tier when a time head serves."""
+        the one-shot tier its requests of K' <= L go to, §3.1), the time tier when a time head serves,
+        and the router that sends queries about time to a head that reads moments."""
         config = self.config
         options = dict(
             temperature=config.temperature,
@@ -122,6 +126,10 @@ class Searcher:
             reranker,
             short_reranker=short,
             time_tier=None if time_head is None else TimeTier(self.index, self.encoder, time_head),
+            router=router,
+            tie_margin=config.tie_margin,
+            head_candidates=config.head_candidates,
+            keep_margin=config.keep_margin,
         )
 
     # -- what the tiers are ----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class TierRequest:
     on_update: Callable[[list[Hit]], None] | None = None
     chunk: int | None = None  # candidates between two progress updates
     query_key: str = ""  # models.selection.query_key of the request's query ("": from ``query``)
+    query_states: tuple | None = None  # the query's token states, once read (a head that reads its text)
 
     def __post_init__(self) -> None:
         if not self.query_key:

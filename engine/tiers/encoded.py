@@ -22,7 +22,9 @@ cannot be read keeps its earlier rank.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from core.errors import summarize
@@ -33,6 +35,7 @@ from engine.tiers.base import Tier, TierRequest
 from models.backbone import VideoClip
 from models.selection import query_aware_positions, selection_seed
 from models.streaming import VideoEncoder
+from models.windows import moment_windows, window_reads
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +75,31 @@ class EncodeTier(Tier):
         one derivation training uses too (models.selection.selection_seed)."""
         return selection_seed(request.seed, request.query_key, hit.video_id)
 
-    def select(self, hit: Hit, request: TierRequest):
-        """(frame indices, timestamps, relevance) of the K' frames chosen for ``hit`` (Eq. 2)."""
+    @property
+    def window_plan(self):
+        """The head's moment windows (models.windows), when its selection is by moments."""
+        head = getattr(self.encoder, "head", None)
+        return None if head is None else head.config.window_plan
+
+    def select(self, hit: Hit, request: TierRequest) -> Selection:
+        """The frames chosen for ``hit`` (Eq. 2): K' by Q-Frame, cut into clips by Eq. 3; or, for a
+        head trained on moments, its windows (models.windows: dense around the relevance peaks, in
+        time order, one clip each, with their pair frames)."""
         bank = self.index.frame_bank(hit.video_id)
         relevance = bank_relevance(self.index, hit, request.q_vec)  # [C]
-        pos = query_aware_positions(
-            relevance, request.frames, temperature=self.temperature, seed=self.seed_for(request, hit)
+        plan = self.window_plan
+        if plan is None:
+            pos = query_aware_positions(
+                relevance, request.frames, temperature=self.temperature, seed=self.seed_for(request, hit)
+            )
+            return Selection(bank.frame_indices[pos], pos, bank, relevance)
+        windows = moment_windows(relevance, plan)
+        record = hit.record
+        read, segments = window_reads(
+            windows, bank.frame_indices, float(record.fps), int(record.num_frames), plan.pair_s
         )
-        return bank.frame_indices[pos], bank.timestamps[pos], relevance[pos]
+        pos = np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
+        return Selection(read, pos, bank, relevance, segments)
 
     def exit_policy(self, threshold: float | None):
         """The early-exit policy for ``threshold`` (None: stream in full); only a streaming tier has one."""
@@ -100,7 +120,7 @@ class EncodeTier(Tier):
                 chosen = [self.select(hit, request) for hit in chunk]
             with clock.stage("decode"):
                 got = self.frames.get(
-                    [(h.record, idx) for h, (idx, _, _) in zip(chunk, chosen, strict=True)], stats.frames
+                    [(h.record, sel.read) for h, sel in zip(chunk, chosen, strict=True)], stats.frames
                 )
             stats.warnings += stats.frames.notes
             stats.frames.notes = []
@@ -112,40 +132,72 @@ class EncodeTier(Tier):
                     )
                     continue
                 clips.append(
-                    VideoClip(frames=frames_or_error, frame_indices=sel[0], fps=float(hit.record.fps))
+                    VideoClip(frames_or_error, sel.read, float(hit.record.fps), segments=sel.segments)
                 )
                 ready.append((hit, sel))
             if clips:
-                embeddings = self._encode(request, clips, policy)
+                embeddings = self._encode(request, clips, policy, self._query_states(request))
                 for (hit, sel), emb in zip(ready, embeddings, strict=True):
                     self._score(hit, sel, emb, q)
             if request.on_update is not None:
                 request.on_update(ordered(hits))
         return ordered(hits)
 
-    def _encode(self, request: TierRequest, clips: list[VideoClip], policy) -> list:
+    def _query_states(self, request: TierRequest):
+        """The query's token states (the backbone's hidden states of its prompt), once per request,
+        for a head that reads the query's text; else None."""
+        head = self.encoder.head
+        if head is None or not head.config.text_memory:
+            return None
+        if request.query_states is None:
+            with request.clock.stage("query_embed"):
+                states = self.encoder.backbone.text_states(
+                    [request.query], instruction=self.encoder.instruction
+                )
+            n = int(states.mask[0].sum())
+            request.query_states = (states.hidden[0, :n].float().cpu(), states.mask[0, :n].cpu())
+        return request.query_states
+
+    def _encode(self, request: TierRequest, clips: list[VideoClip], policy, query_states=None) -> list:
         """Encode ``clips`` under the query: directly, or through the batcher (shared backbone
         calls with other requests' clips; the time waiting there is booked as ``heavy_queue``)."""
         clock, q = request.clock, request.q
         texts, queries = [request.query] * len(clips), q[None].expand(len(clips), -1)
+        states = None if query_states is None else [query_states] * len(clips)
         if self.batcher is None:
             head_before = self.encoder.head_seconds
             with clock.stage("encode"):
-                embeddings = self.encoder.encode(clips, texts=texts, queries=queries, exit_policy=policy)
+                embeddings = self.encoder.encode(
+                    clips, texts=texts, queries=queries, exit_policy=policy, query_states=states
+                )
             clock.move("encode", "head", self.encoder.head_seconds - head_before)
             return embeddings
         return self.batcher.run(
             clock, self.encoder, clips, queue="heavy_queue", compute="encode", head="head",
-            texts=texts, queries=queries, exit_policy=policy,
+            texts=texts, queries=queries, exit_policy=policy, query_states=states,
         )  # fmt: skip
 
-    def _score(self, hit: Hit, selection, emb, q: torch.Tensor) -> None:
-        indices, stamps, rel = selection
+    def _score(self, hit: Hit, selection: Selection, emb, q: torch.Tensor) -> None:
         hit.score = float(emb.final.float() @ q)  # s_ij = q · v_ij (Eq. 1)
         hit.embedding = emb.final.float().numpy()
         hit.reranked = True
         hit.tier = self.name
+        bank, pos = selection.bank, selection.positions
         hit.evidence = [
-            EvidenceItem(int(i), float(t), float(r)) for i, t, r in zip(indices, stamps, rel, strict=True)
+            EvidenceItem(int(bank.frame_indices[p]), float(bank.timestamps[p]), float(selection.relevance[p]))
+            for p in pos
         ]
         hit.clips_used, hit.clips_planned = emb.steps_used, emb.planned_steps
+
+
+@dataclass
+class Selection:
+    """What stage 2 reads of one candidate: the source frames (chronological), the bank positions
+    they were chosen as (the evidence; a window's pair frames are not bank frames), and each clip's
+    positions into ``read`` when the windows cut them (None: Eq. 3)."""
+
+    read: np.ndarray  # source frame indices to read
+    positions: np.ndarray  # bank positions chosen
+    bank: object  # the candidate's FrameBank
+    relevance: np.ndarray  # q · f_c over the bank
+    segments: list | None = None

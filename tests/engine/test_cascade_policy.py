@@ -27,8 +27,16 @@ def _signals(**changes) -> Signals:
         (_signals(lead=0.01), (HEAVY, 3)),  # too close to call: the heavy tier on the top 3
         (_signals(lead=None), (HEAVY, 3)),  # one candidate: nothing to compare, the budget decides
         (_signals(lead=0.5, heavy_margin=2.0), (HEAVY, 3)),  # asked for (heavy given): always
-        (_signals(lead=0.5, asks_for_time=True, streaming=True), (HEAVY, 3)),  # a lead means nothing
-        (_signals(lead=0.5, asks_for_time=True, streaming=False), (None, 0)),  # one-shot is as blind
+        # a head that reads moments, its router sure the query is about time, the frame tier's first
+        # few near-tied: the head on those few, whatever the lead and the budget's size
+        (_signals(lead=0.0, moments=True, about_time=0.9, ties=4), (HEAVY, 4)),
+        (_signals(lead=0.5, moments=True, about_time=0.9, ties=2, heavy_margin=0.0), (HEAVY, 2)),
+        (_signals(lead=0.5, moments=True, about_time=0.2, ties=4, heavy_margin=0.0), (None, 0)),  # not time
+        (_signals(lead=0.5, moments=True, about_time=0.9, ties=1, heavy_margin=0.0), (None, 0)),  # no tie
+        (_signals(lead=0.5, moments=False, about_time=0.9, ties=4, heavy_margin=0.0), (None, 0)),  # no head
+        (_signals(mode="frames", moments=True, about_time=0.9, ties=4), (None, 0)),  # frames mode
+        (_signals(budget=0, moments=True, about_time=0.9, ties=4), (None, 0)),  # heavy 0: the frame tier
+        (_signals(moments=True, about_time=0.9, ties=4, time_plan="order"), (HEAVY, 4)),  # before the time head
     ],
 )
 def test_the_policy_routes_by_the_measured_signals(signals, route):

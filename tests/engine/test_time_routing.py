@@ -1,0 +1,97 @@
+"""Queries about time on the default path (engine.search.cascade): the shipped tiny-world checkpoint's
+rerank head, its router and the frame tier's near-ties decide which tier ranks, never the words; a
+reversal pair, a mirror pair and a count pair are told apart by the head; and ordinary sentences
+that merely contain "before", "after", "then" or "twice" keep the frame tier's answer or a better one."""
+
+from __future__ import annotations
+
+import pytest
+
+from world.corpus import CorpusConfig, make_corpus
+from world.meaning import Meaning, meaning_of
+
+pytestmark = pytest.mark.slow  # renders and indexes a small world collection
+
+COLLECTION = CorpusConfig(
+    videos=8, motion_pairs=2, order_pairs=2, count_pairs=1, count3_pairs=1, seed=7373,
+    min_duration_s=40.0, max_duration_s=70.0,
+)  # fmt: skip
+
+# Sentences a user types about one event that merely contain a word about time: none asks for an
+# order, a count or a change the world has. {a} {name}: the event ("a red square").
+NATURAL = (
+    "{a} {name} appears before the screen goes grey",
+    "{a} {name} shows up after a while",
+    "after the intro, {a} {name} appears",
+    "then there is {a} {name}",
+    "{a} {name}, and then nothing else happens",
+    "before the end, {a} {name} shows up briefly",
+    "{a} {name} appears, then it is gone",
+    "twice as bright as the background, {a} {name} appears",
+    "{a} {name} appears after the grey noise",
+    "first the screen is grey, then {a} {name} appears",
+    "{a} {name} appears before anything else",
+    "at some point {a} {name} appears, then the grey returns",
+    "after some grey frames {a} {name} shows up",
+    "{a} {name} shows up before long",
+    "{a} {name} you will see twice as clearly",
+)
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory, tiny_world_checkpoint):
+    from engine import EngineConfig, load_engine
+    from tests.engine.build import build_oneshot_index
+
+    root = tmp_path_factory.mktemp("time_routing")
+    corpus = make_corpus(root / "corpus", COLLECTION)
+    index = build_oneshot_index(corpus.manifest, root / "index", tiny_world_checkpoint)
+    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint)))
+    yield corpus, engine
+    engine.close()
+
+
+def test_the_checkpoint_serves_a_head_that_reads_moments_with_its_router(collection):
+    _, engine = collection
+    searcher = engine.searcher
+    assert engine.info["rerank_head_source"] == "checkpoint"
+    assert searcher.cascade.moments and searcher.cascade.router is not None
+
+
+def test_each_pair_is_told_apart_by_the_head_and_the_answer_says_why(collection):
+    corpus, engine = collection
+    truth = corpus.by_id()
+    right_above = []
+    for kind in ("motion", "order", "count"):
+        for query, right in corpus.queries(kind):
+            group = truth[right].group
+            out = engine.search_sync({"query": query, "filter": {"group": group}, "top_k": 2})
+            assert out.route and "router" in out.route and {h.tier for h in out.hits} == {"head"}, query
+            right_above.append(out.hits[0].video_id == right)
+    assert sum(right_above) >= 0.75 * len(right_above)  # the pairs hold the same frames or events
+
+
+def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_better_one(collection):
+    corpus, engine = collection
+    truth = corpus.by_id()
+    singles = [v for v in corpus.videos if v.kind == "single"]
+    checked = 0
+    for i, template in enumerate(NATURAL * 2):
+        video = singles[i % len(singles)]
+        name = video.events[0][0]
+        query = template.format(a="an" if name[0] in "aeiou" else "a", name=name)
+        frames = engine.search_sync({"query": query, "mode": "frames", "top_k": 3})
+        default = engine.search_sync({"query": query, "top_k": 3})
+        event = Meaning("event", (name,))
+        top, frame_top = default.hits[0].video_id, frames.hits[0].video_id
+        assert top == frame_top or event.true_of(truth[top]), (query, default.route)
+        checked += 1
+    assert checked == 30
+
+
+def test_single_event_queries_stay_on_the_frame_tier(collection):
+    corpus, engine = collection
+    for query, right in corpus.queries("single"):
+        out = engine.search_sync({"query": query, "top_k": 3})
+        assert {h.tier for h in out.hits} <= {"frame"}, (query, out.route)
+        assert meaning_of(corpus.by_id()[right]).true_of(corpus.by_id()[out.hits[0].video_id])
