@@ -127,7 +127,7 @@ def build_split(
                         plan,
                     )  # fmt: skip
                 )
-        evidence = _encode_windows(items, reader, banks, encoder)
+        evidence = _encode_windows(items, reader, banks, encoder, plan)
         for item in items:  # keys of the split's own videos
             item.candidates = [f"{seed}/{c}" for c in item.candidates]
         evidence = {(f"{seed}/{v}", a, b): e for (v, a, b), e in evidence.items()}
@@ -139,7 +139,7 @@ def build_split(
 
 
 def _plan_key(plan: WindowPlan, candidates: int) -> str:
-    return f"w{plan.windows}f{plan.frames}l{plan.level:g}m{plan.margin}c{candidates}"
+    return f"w{plan.windows}f{plan.frames}l{plan.level:g}m{plan.margin}p{plan.pair_s:g}c{candidates}"
 
 
 def _partners(videos) -> dict[str, str]:
@@ -180,9 +180,31 @@ def _item(
     )
 
 
-def _encode_windows(items, reader, banks, encoder, batch: int = 16) -> dict:
+def window_frames(reader, record, bank, window: np.ndarray, plan: WindowPlan, frame_shape) -> tuple:
+    """(frames [n, h, w, 3], source frame indices [n]) of one window as serving reads them
+    (engine.frames): its bank frames from the index's frame store, its pair frames (``plan.pair_s``)
+    decoded from the source at the working size ``frame_shape`` (w, h)."""
+    from indexer.video import decode_frames
+    from models.windows import window_reads
+
+    read, _ = window_reads(
+        [window], bank.frame_indices, float(record.fps), int(record.num_frames), plan.pair_s
+    )
+    rows = reader.stored_rows(record.id, read)
+    frames: list = [None] * len(read)
+    for j, row in enumerate(rows):
+        if row >= 0:
+            frames[j] = reader.read_stored_frame(record.id, int(row))
+    need = [j for j, f in enumerate(frames) if f is None]
+    if need:
+        for j, frame in zip(need, decode_frames(record.path, read[need], size=frame_shape), strict=True):
+            frames[j] = frame
+    return np.stack(frames), read
+
+
+def _encode_windows(items, reader, banks, encoder, plan: WindowPlan, batch: int = 16) -> dict:
     """The evidence (tokens [M', D] float16, mask [M']) of every distinct window the items name, read
-    from the frame store and encoded clip by clip (Eq. 4-5)."""
+    as serving reads them (``window_frames``) and encoded clip by clip (Eq. 4-5)."""
     from models.backbone import VideoClip
 
     wanted = sorted({(c, a, b) for item in items for c, ws in zip(item.candidates, item.windows, strict=True)
@@ -192,11 +214,10 @@ def _encode_windows(items, reader, banks, encoder, batch: int = 16) -> dict:
         chunk = wanted[start : start + batch]
         clips = []
         for video_id, a, b in chunk:
-            rows = np.arange(a, b + 1)
-            frames = np.stack([reader.read_stored_frame(video_id, int(r)) for r in rows])
-            indices = banks[video_id].frame_indices[rows]
             record = reader.video(video_id)
-            clips.append(VideoClip(frames, indices, float(record.fps), segments=[np.arange(len(rows))]))
+            shape = encoder.backbone.frame_shape(int(record.width), int(record.height))
+            frames, read = window_frames(reader, record, banks[video_id], np.arange(a, b + 1), plan, shape)
+            clips.append(VideoClip(frames, read, float(record.fps), segments=[np.arange(len(read))]))
         for key, bank in zip(chunk, encoder.evidence(clips), strict=True):
             n = int(bank.mask[0].sum())
             out[key] = (bank.tokens[0, :n].half().cpu(), bank.mask[0, :n].cpu())

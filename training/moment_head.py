@@ -52,8 +52,8 @@ class MomentRecipe:
     dev_seeds: tuple[int, ...] = (201, 202)  # every constant below was chosen on these
     corpus: dict = field(
         default_factory=lambda: dict(
-            videos=8, order_pairs=10, count_pairs=6, count3_pairs=6, motion_pairs=14,
-            min_duration_s=40.0, max_duration_s=120.0,
+            videos=6, order_pairs=10, count_pairs=6, count3_pairs=6, motion_pairs=24,
+            min_duration_s=40.0, max_duration_s=90.0,
         )
     )  # fmt: skip
     candidates: int = 6
