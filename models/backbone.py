@@ -88,6 +88,9 @@ class ClipStates:
 
     hidden: torch.Tensor  # [B, S, D]
     mask: torch.Tensor  # [B, S] bool, True where the token is real (not padding)
+    # where each token is: (is a video token, its temporal pair, row, column), the last three as
+    # fractions of the clip's extent in [0, 1]; zeros for text tokens (video inputs only, else None)
+    positions: torch.Tensor | None = None  # [B, S, 4]
 
 
 @dataclass
@@ -100,6 +103,25 @@ class VideoClip:
     # positions (into ``frames``) of each streamed clip when the selection cut them (models.windows:
     # one moment a clip); None: Eq. 3 cuts them (models.selection.partition_clips)
     segments: Sequence[np.ndarray] | None = None
+
+
+def video_token_positions(inputs) -> torch.Tensor:
+    """[B, S, 4] (video token, temporal pair, row, column) of every prompt token (ClipStates.positions):
+    each row's video tokens in the processor's order, temporal pair by pair, merged tokens row-major."""
+    types = inputs["mm_token_type_ids"]
+    grids = inputs["video_grid_thw"]
+    merge = 2  # spatial merge of Qwen3-VL: a merged token is 2 x 2 patches
+    out = torch.zeros(*types.shape, 4, dtype=torch.float32, device=types.device)
+    for b in range(types.shape[0]):
+        t, gh, gw = (int(x) for x in grids[b])
+        h, w = gh // merge, gw // merge
+        where = (types[b] == 2).nonzero().squeeze(1)[: t * h * w]
+        k = torch.arange(len(where), device=types.device)
+        out[b, where, 0] = 1.0
+        out[b, where, 1] = (k // (h * w)).float() / max(1, t - 1)
+        out[b, where, 2] = ((k % (h * w)) // w).float() / max(1, h - 1)
+        out[b, where, 3] = (k % w).float() / max(1, w - 1)
+    return out
 
 
 PATCH_FACTOR = 32  # patch 16 x spatial merge 2: frame sides are multiples of this
@@ -365,7 +387,8 @@ class Backbone:
             if key in inputs:
                 inputs[key] = inputs[key].to(self.dtype)
         hidden = self.model(**inputs)
-        return ClipStates(hidden=hidden, mask=inputs["attention_mask"].bool())
+        positions = video_token_positions(inputs) if "video_grid_thw" in inputs else None
+        return ClipStates(hidden=hidden, mask=inputs["attention_mask"].bool(), positions=positions)
 
     def pool(self, states: ClipStates) -> torch.Tensor:
         """Last non-padding token's final hidden state, Matryoshka-truncated, L2-normalised -> [B, d]."""

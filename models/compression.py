@@ -33,8 +33,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["compress_evidence"]
 
 
-def _merge_by_cosine(valid: Tensor, num_tokens: int) -> Tensor:
-    """valid [n, D] with n > num_tokens -> [num_tokens, D] cosine-assigned anchor means."""
+def _merge_by_cosine(valid: Tensor, num_tokens: int, extra: Tensor | None = None):
+    """valid [n, D] with n > num_tokens -> [num_tokens, D] cosine-assigned anchor means; with
+    ``extra`` [n, E] (e.g. the tokens' positions), also its means over the same assignment."""
     n, dim = valid.shape
     acc_dtype = torch.promote_types(valid.dtype, torch.float32)
     x = valid.to(acc_dtype)
@@ -46,11 +47,18 @@ def _merge_by_cosine(valid: Tensor, num_tokens: int) -> Tensor:
     sums = torch.zeros(num_tokens, dim, dtype=acc_dtype, device=valid.device)
     sums.index_add_(0, assign, x)
     counts = torch.bincount(assign, minlength=num_tokens).to(acc_dtype)  # >= 1 each
-    return (sums / counts[:, None]).to(valid.dtype)
+    merged = (sums / counts[:, None]).to(valid.dtype)
+    if extra is None:
+        return merged
+    side = torch.zeros(num_tokens, extra.shape[1], dtype=torch.float32, device=valid.device)
+    side.index_add_(0, assign, extra.float())
+    return merged, (side / counts[:, None].float()).to(extra.dtype)
 
 
-def compress_evidence(hidden: Tensor, mask: Tensor, max_tokens: int) -> tuple[Tensor, Tensor]:
-    """Compress valid hidden states into at most ``max_tokens`` evidence tokens (Eq. 5).
+def compress_evidence(hidden: Tensor, mask: Tensor, max_tokens: int, positions: Tensor | None = None):
+    """Compress valid hidden states into at most ``max_tokens`` evidence tokens (Eq. 5); with
+    ``positions`` [B, S, P] (models.backbone.ClipStates.positions) also each evidence token's position
+    (the mean over the states merged into it), returned third.
 
     Args:
         hidden: [B, S, D] backbone hidden states U_t of one clip per row.
@@ -72,15 +80,24 @@ def compress_evidence(hidden: Tensor, mask: Tensor, max_tokens: int) -> tuple[Te
     width = min(max_tokens, int(counts.max())) if batch > 0 else 0  # M'
     evidence = hidden.new_zeros(batch, width, dim)  # [B, M', D]
     evidence_mask = torch.zeros(batch, width, dtype=torch.bool, device=hidden.device)
+    places = None if positions is None else positions.new_zeros(batch, width, positions.shape[-1])
     for b in range(batch):
         valid = hidden[b][mask[b]]  # [n, D], masked states dropped
         n = valid.shape[0]
         if n == 0:
             continue
+        where = None if positions is None else positions[b][mask[b]]
         if n <= max_tokens:  # identity: the valid states in order
             evidence[b, :n] = valid
             evidence_mask[b, :n] = True
-        else:
+            if where is not None:
+                places[b, :n] = where
+        elif where is None:
             evidence[b] = _merge_by_cosine(valid, max_tokens)
             evidence_mask[b] = True
-    return evidence, evidence_mask
+        else:
+            evidence[b], places[b] = _merge_by_cosine(valid, max_tokens, where)
+            evidence_mask[b] = True
+    if positions is None:
+        return evidence, evidence_mask
+    return evidence, evidence_mask, places

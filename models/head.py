@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 CONFIG_FILENAME = "head_config.json"
+POSITION_DIMS = 4  # models.backbone.ClipStates.positions: video token, temporal pair, row, column
 WEIGHTS_FILENAME = "head.safetensors"
 
 
@@ -123,6 +124,11 @@ class StreamingHeadConfig:
     # The moment windows the head was trained on (models.windows.WindowPlan: W clips of at most L bank
     # frames around the relevance peaks), recorded by training and used by serving; None: Eq. 3's plan.
     window_plan: WindowPlan | None = None
+    # Evidence tokens carry where they are (ours): each token's position in its clip (a video token
+    # or not, its temporal pair, row and column: models.backbone.ClipStates.positions), projected and
+    # added to the token before the memory reads it. Attention reads a set; without positions the
+    # memory cannot tell where in the frame, or when within the clip, what it reads was.
+    evidence_positions: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.clip_plan, dict):
@@ -148,7 +154,7 @@ class StreamingHeadConfig:
     def to_dict(self) -> dict:
         """The fields as JSON-ready values; a head without a clip plan writes none (as before)."""
         data = dataclasses.asdict(self)
-        for name in ("clip_plan", "window_plan", "text_memory", "update_gate"):
+        for name in ("clip_plan", "window_plan", "text_memory", "update_gate", "evidence_positions"):
             if not data[name]:  # heads without them write none (as before)
                 del data[name]
         return data
@@ -240,6 +246,7 @@ class StreamingHead(nn.Module):
         self.blocks = nn.ModuleList(UpdateBlock(config) for _ in range(config.depth))
         self.query_block = UpdateBlock(config) if config.text_memory else None  # reads the query's text
         self.gate = nn.Linear(2 * dim, dim) if config.update_gate else None  # W_g, b_g
+        self.position_proj = nn.Linear(POSITION_DIMS, dim) if config.evidence_positions else None
         self.embed_token = nn.Parameter(torch.empty(1, dim))  # e, Eq. 9
         self.sink_token = nn.Parameter(torch.empty(1, dim)) if config.evidence_sink else None
         # P_c: conditioning input c = q [d] -> a shift of H_0 [D] (only with query_conditioning)
@@ -347,15 +354,20 @@ class StreamingHead(nn.Module):
         evidence_mask: Tensor,
         *,
         active: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """One streaming step H_{t-1} -> H_t (Eq. 7-8).
 
         state [B, N, D], evidence [B, M, D], evidence_mask [B, M] (True = real token),
-        active [B] (False = keep the previous state). Rows whose evidence is fully masked are
-        treated as inactive.
+        active [B] (False = keep the previous state), positions [B, M, 4] (``evidence_positions``).
+        Rows whose evidence is fully masked are treated as inactive.
         """
         if evidence.shape[1] == 0:  # no evidence tokens at all: nothing can change
             return state
+        if self.position_proj is not None:
+            if positions is None:
+                raise ValueError("this head reads where its evidence is: pass the tokens' positions")
+            evidence = evidence + self.position_proj(positions.to(evidence.dtype))
         evidence_mask = evidence_mask.to(device=evidence.device, dtype=torch.bool)
         has_evidence = evidence_mask.any(dim=-1)  # [B]
         active = has_evidence if active is None else active.to(has_evidence.device).bool() & has_evidence
@@ -392,6 +404,7 @@ class StreamingHead(nn.Module):
         query: Tensor | None = None,
         query_states: Tensor | None = None,
         query_mask: Tensor | None = None,
+        evidence_positions: Tensor | None = None,
     ) -> HeadOutput:
         """Stream T clip evidence banks through the memory and read out after each step.
 
@@ -413,7 +426,8 @@ class StreamingHead(nn.Module):
             active = step_mask[:, i]  # [B]
             if reset_memory:
                 state = torch.where(active[:, None, None], h0, state)
-            state = self.update(state, evidence[:, i], evidence_mask[:, i], active=active)
+            where = None if evidence_positions is None else evidence_positions[:, i]
+            state = self.update(state, evidence[:, i], evidence_mask[:, i], active=active, positions=where)
             steps.append(self.readout(state))  # z_t, [B, d]
         d = self.config.embed_dim
         step_embeddings = torch.stack(steps, dim=1) if steps else evidence.new_zeros(b, 0, d)  # [B, T, d]

@@ -110,6 +110,7 @@ class EvidenceBanks:
     tokens: torch.Tensor  # [T, M', D]
     mask: torch.Tensor  # [T, M'] bool
     clip_frames: list[np.ndarray] = field(default_factory=list)  # source frame indices of each clip
+    positions: torch.Tensor | None = None  # [T, M', 4] where each token is (models.backbone.ClipStates)
 
 
 @dataclass
@@ -144,8 +145,9 @@ class ExitPolicy:
         return bool(prob >= self.eta)
 
 
-def pad_banks(banks: Sequence[EvidenceBanks]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stack per-video banks into head inputs: evidence [B, T, M, D], evidence_mask [B, T, M], step_mask [B, T]."""
+def pad_banks(banks: Sequence[EvidenceBanks], *, positions: bool = False) -> tuple:
+    """Stack per-video banks into head inputs: evidence [B, T, M, D], evidence_mask [B, T, M], step_mask
+    [B, T]; with ``positions``, also the tokens' positions [B, T, M, 4] (zeros where a bank has none)."""
     b = len(banks)
     t = max((bank.tokens.shape[0] for bank in banks), default=0)
     m = max((bank.tokens.shape[1] for bank in banks), default=0)
@@ -154,12 +156,15 @@ def pad_banks(banks: Sequence[EvidenceBanks]) -> tuple[torch.Tensor, torch.Tenso
     evidence = ref.new_zeros(b, t, m, d)
     mask = torch.zeros(b, t, m, dtype=torch.bool, device=ref.device)
     steps = torch.zeros(b, t, dtype=torch.bool, device=ref.device)
+    places = torch.zeros(b, t, m, 4, device=ref.device)
     for i, bank in enumerate(banks):
         ti, mi = bank.tokens.shape[:2]
         evidence[i, :ti, :mi] = bank.tokens
         mask[i, :ti, :mi] = bank.mask
         steps[i, :ti] = True
-    return evidence, mask, steps
+        if bank.positions is not None:
+            places[i, :ti, :mi] = bank.positions
+    return (evidence, mask, steps, places) if positions else (evidence, mask, steps)
 
 
 class VideoEncoder:
@@ -296,10 +301,15 @@ class VideoEncoder:
                 instruction=self.instruction,
                 text_first=self.text_conditioning == TextConditioning.BEFORE,
             )
-            tokens, mask = compress_evidence(states.hidden, states.mask, self.config.max_evidence)  # Eq. 5
-            for (v, *_), clip, tok, msk in zip(chunk, clips, tokens, mask, strict=True):
+            where = states.positions
+            if where is None:  # a backbone that does not say where its tokens are
+                where = torch.zeros(*states.mask.shape, 4, device=states.hidden.device)
+            tokens, mask, places = compress_evidence(
+                states.hidden, states.mask, self.config.max_evidence, positions=where
+            )  # Eq. 5
+            for (v, *_), clip, tok, msk, pos in zip(chunk, clips, tokens, mask, places, strict=True):
                 n = int(msk.sum())
-                yield v, np.asarray(clip.frame_indices), tok[:n], msk[:n]
+                yield v, np.asarray(clip.frame_indices), tok[:n], msk[:n], pos[:n]
 
     @torch.inference_mode()
     def evidence(
@@ -307,18 +317,20 @@ class VideoEncoder:
     ) -> list[EvidenceBanks]:
         """All evidence banks of every video (backbone + compression), e.g. for the training cache.
         ``texts`` (one per video) conditions every clip of that video (as ``text_conditioning`` says)."""
-        per_video: list[list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]] = [[] for _ in videos]
-        for v, frames, tok, msk in self._clip_evidence(videos, texts):
-            per_video[v].append((frames, tok, msk))
+        per_video: list[list[tuple]] = [[] for _ in videos]
+        for v, frames, tok, msk, pos in self._clip_evidence(videos, texts):
+            per_video[v].append((frames, tok, msk, pos))
         banks = []
         for items in per_video:
-            m = max(tok.shape[0] for _, tok, _ in items)
+            m = max(tok.shape[0] for _, tok, _, _ in items)
             tokens = items[0][1].new_zeros(len(items), m, items[0][1].shape[-1])
             mask = torch.zeros(len(items), m, dtype=torch.bool, device=tokens.device)
-            for t, (_, tok, msk) in enumerate(items):
+            places = torch.zeros(len(items), m, items[0][3].shape[-1], device=tokens.device)
+            for t, (_, tok, msk, pos) in enumerate(items):
                 tokens[t, : tok.shape[0]] = tok
                 mask[t, : msk.shape[0]] = msk
-            banks.append(EvidenceBanks(tokens=tokens, mask=mask, clip_frames=[f for f, _, _ in items]))
+                places[t, : pos.shape[0]] = pos
+            banks.append(EvidenceBanks(tokens, mask, [f for f, *_ in items], positions=places))
         return banks
 
     @torch.inference_mode()
@@ -340,7 +352,7 @@ class VideoEncoder:
         clip_frames: list[list[np.ndarray]] = [[] for _ in videos]
         exited: set[int] = set()
         skip = exited.__contains__ if exit_policy is not None else None
-        for v, frames, tok, msk in self._clip_evidence(videos, texts, skip=skip):
+        for v, frames, tok, msk, pos in self._clip_evidence(videos, texts, skip=skip):
             t0 = time.perf_counter()
             h = state.get(v)
             if h is None:  # H_0, once per video (Eq. 6), conditioned on q for a query-conditioned head
@@ -349,7 +361,12 @@ class VideoEncoder:
                 if states is not None:
                     states, smask = states[None].to(p.device, p.dtype), smask[None].to(p.device)
                 h = head.init_state(1, q, states, smask)
-            h = head.update(h, tok[None].to(p.device, p.dtype), msk[None].to(p.device))
+            h = head.update(
+                h,
+                tok[None].to(p.device, p.dtype),
+                msk[None].to(p.device),
+                positions=pos[None].to(p.device, p.dtype),
+            )
             state[v] = h
             z = head.readout(h)  # z_t, [1, d]
             readouts[v].append(z[0].float().cpu())
@@ -385,7 +402,7 @@ class VideoEncoder:
         ``query_states``: the queries' token states [B, S, D] and mask [B, S] (``text_memory``)."""
         if self.head is None:
             raise RuntimeError("no streaming head loaded: this encoder runs in one-shot mode")
-        evidence, mask, steps = pad_banks(banks)
+        evidence, mask, steps, places = pad_banks(banks, positions=True)
         p = next(self.head.parameters())
         q = None if queries is None else queries.to(p.device, p.dtype)
         states, smask = (None, None) if query_states is None else query_states
@@ -393,7 +410,7 @@ class VideoEncoder:
             states, smask = states.to(p.device, p.dtype), smask.to(p.device)
         out = self.head(
             evidence.to(p.device, p.dtype), mask, steps, reset_memory=reset_memory, query=q,
-            query_states=states, query_mask=smask,
+            query_states=states, query_mask=smask, evidence_positions=places.to(p.device, p.dtype),
         )  # fmt: skip
         results = []
         for i, bank in enumerate(banks):

@@ -149,12 +149,14 @@ def train_backbone(
         record = {"train_minutes": round(minutes, 1), "evals": evals}
         (out / "first_phase.json").write_text(json.dumps(record, indent=2) + "\n")
     phase = config.motion
-    evals, minutes = _run_phase(
-        MotionTrainer(backbone, config), out / "state-motion.pt", phase.steps, phase.eval_every,
-        lambda step: {**frame_check(backbone, trials=1), **video_check(backbone),
-                      **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip
-        log, desc="motion phase", progress=progress,
-    )  # fmt: skip
+    evals, minutes = [], 0.0
+    if phase.steps:  # the motion phase (off by default: backbone_config.MotionPhaseConfig)
+        evals, minutes = _run_phase(
+            MotionTrainer(backbone, config), out / "state-motion.pt", phase.steps, phase.eval_every,
+            lambda step: {**frame_check(backbone, trials=1), **video_check(backbone),
+                          **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip
+            log, desc="motion phase", progress=progress,
+        )  # fmt: skip
     state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"))
     backbone.model.eval()

@@ -61,7 +61,7 @@ class Split:
 
     seed: int
     items: list[QueryItem]
-    evidence: dict[tuple[str, int, int], tuple[torch.Tensor, torch.Tensor]]  # window -> (tokens, mask)
+    evidence: dict[tuple[str, int, int], tuple]  # window -> (tokens, mask, positions)
 
 
 def render_split(work: Path, seed: int, corpus: dict):
@@ -203,7 +203,7 @@ def window_frames(reader, record, bank, window: np.ndarray, plan: WindowPlan, fr
 
 
 def _encode_windows(items, reader, banks, encoder, plan: WindowPlan, batch: int = 16) -> dict:
-    """The evidence (tokens [M', D] float16, mask [M']) of every distinct window the items name, read
+    """The evidence (tokens [M', D], mask [M'], positions [M', 4]) of every distinct window the items name, read
     as serving reads them (``window_frames``) and encoded clip by clip (Eq. 4-5)."""
     from models.backbone import VideoClip
 
@@ -220,7 +220,11 @@ def _encode_windows(items, reader, banks, encoder, plan: WindowPlan, batch: int 
             clips.append(VideoClip(frames, read, float(record.fps), segments=[np.arange(len(read))]))
         for key, bank in zip(chunk, encoder.evidence(clips), strict=True):
             n = int(bank.mask[0].sum())
-            out[key] = (bank.tokens[0, :n].half().cpu(), bank.mask[0, :n].cpu())
+            out[key] = (
+                bank.tokens[0, :n].half().cpu(),
+                bank.mask[0, :n].cpu(),
+                bank.positions[0, :n].half().cpu(),
+            )
         if start // batch % 25 == 0:
             logger.info("encoded %d / %d windows", min(start + batch, len(wanted)), len(wanted))
     return out

@@ -88,6 +88,7 @@ def head_config(recipe: MomentRecipe, hidden: int, embed: int, max_evidence: int
         query_conditioning=True,
         text_memory=True,
         update_gate=True,
+        evidence_positions=True,
         evidence_sink=True,
         text_conditioning="none",
         window_plan=recipe.windows,
@@ -101,6 +102,7 @@ def head_config(recipe: MomentRecipe, hidden: int, embed: int, max_evidence: int
 class Batch:
     evidence: torch.Tensor  # [B*C, T, M, D]
     evidence_mask: torch.Tensor  # [B*C, T, M]
+    positions: torch.Tensor  # [B*C, T, M, 4] where each evidence token is
     step_mask: torch.Tensor  # [B*C, T]
     q: torch.Tensor  # [B, d]
     states: torch.Tensor  # [B*C, S, D] the query's token states, repeated per candidate
@@ -122,6 +124,7 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
     s = max(i.states.shape[0] for i in items)
     ev = torch.zeros(b * c, t, m, d_hidden)
     emask = torch.zeros(b * c, t, m, dtype=torch.bool)
+    places = torch.zeros(b * c, t, m, 4)
     smask = torch.zeros(b * c, t, dtype=torch.bool)
     states = torch.zeros(b * c, s, d_hidden)
     qmask = torch.zeros(b * c, s, dtype=torch.bool)
@@ -133,16 +136,17 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
             valid[i, j], true_of[i, j] = True, item.true_of[j]
             steps = ws if order is None else [ws[k] for k in order(i, j, len(ws))]
             for k, (a, z) in enumerate(steps):
-                tokens, mask = evidence[(cand, a, z)]
+                tokens, mask, where = evidence[(cand, a, z)]
                 ev[row, k, : tokens.shape[0]] = tokens.float()
                 emask[row, k, : mask.shape[0]] = mask
+                places[row, k, : where.shape[0]] = where.float()
                 smask[row, k] = True
             n = item.states.shape[0]
             states[row, :n] = item.states.float()
             qmask[row, :n] = True
     q = torch.stack([i.q for i in items])
     target = torch.tensor([i.target for i in items])
-    return Batch(ev, emask, smask, q, states, qmask, target, valid, true_of, (b, c))
+    return Batch(ev, emask, places, smask, q, states, qmask, target, valid, true_of, (b, c))
 
 
 def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
@@ -150,7 +154,7 @@ def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
     b, c = batch.size
     q_rows = batch.q.repeat_interleave(c, dim=0)
     out = head(batch.evidence, batch.evidence_mask, batch.step_mask, reset_memory=reset_memory, query=q_rows,
-               query_states=batch.states, query_mask=batch.states_mask)  # fmt: skip
+               query_states=batch.states, query_mask=batch.states_mask, evidence_positions=batch.positions)  # fmt: skip
     t = out.step_embeddings.shape[1]
     return (
         out.final.view(b, c, -1),
