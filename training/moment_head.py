@@ -48,8 +48,8 @@ ROUTER_FILENAME = "router.json"
 
 @dataclass(frozen=True)
 class MomentRecipe:
-    train_seeds: tuple[int, ...] = (101, 102, 103, 104, 105, 106)
-    dev_seeds: tuple[int, ...] = (201, 202)  # every constant below was chosen on these
+    train_seeds: tuple[int, ...] = (101, 102, 103)
+    dev_seeds: tuple[int, ...] = (201,)  # every constant below was chosen on these
     corpus: dict = field(
         default_factory=lambda: dict(
             videos=6, order_pairs=10, count_pairs=6, count3_pairs=6, motion_pairs=24,

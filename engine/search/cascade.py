@@ -10,13 +10,15 @@ that applies wins:
         its router says the query is about time (motion or change, an
         order, a count: p >= its threshold) and the frame tier cannot tell
         its first few apart (two or more within ``tie_margin`` of its best) the heavy tier, on those few
-    a query about order or count that the time head answers               the time tier, on all R
+    no head that reads moments serves, and the time head parses the query
+        as an order or a count                                            the time tier, on all R
     the frame tier's lead (its first score less its second) reaches
         ``heavy_margin``                                                   the frame tier's order stands
     otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
 
 The router is learned (a logistic regression on q, trained with the head: training.moment_head), so
-no template over the sentence decides the ranking. The head may only reorder what the frame tier
+no template over the sentence decides the ranking where a head that reads moments serves; the time
+head's parse (models.time_head, a template) routes only an engine without one, as before. The head may only reorder what the frame tier
 could not tell apart, and a reordering stands only when the head's evidence is stronger: its best
 candidate beats the frame tier's first by at least ``keep_margin`` on the head's own score, else the
 frame tier's order stands (and the answer says so). Every answer records its route (``route``).
@@ -78,7 +80,7 @@ class CascadePolicy:
             why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
                    f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
             return Route(HEAVY, s.ties, why=why)
-        if s.time_plan is not None:
+        if s.time_plan is not None and not s.moments:
             return Route(TIME, shortlist, why="a query about order or count")
         if s.lead is not None and s.lead >= s.heavy_margin:
             return Route(None, why="the frame tier's lead settles it")
@@ -135,7 +137,9 @@ class Cascade:
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
         budget = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
-        plan = self.time_tier.plan(request.query) if budget and self.time_tier is not None else None
+        plan = None
+        if budget and self.time_tier is not None and not self.moments:
+            plan = self.time_tier.plan(request.query)
         lead = None
         if len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
