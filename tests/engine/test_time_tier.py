@@ -30,9 +30,11 @@ def pairs(tmp_path_factory, tiny_world_checkpoint):
 
 
 def _engine(index, model, **settings):
+    """An engine without the checkpoint's rerank head (beside a head that reads moments no time head
+    serves: engine.loader)."""
     from engine import EngineConfig, load_engine
 
-    return load_engine(EngineConfig(index=index, model=str(model), **settings))
+    return load_engine(EngineConfig(index=index, model=str(model), **{"checkpoint_head": False, **settings}))
 
 
 def _pair_queries(corpus):
@@ -123,5 +125,15 @@ def test_a_checkpoint_time_head_of_another_backbone_steps_aside(
     try:
         assert engine.info["time_head_source"] is None
         assert "not serving the checkpoint's time head" in caplog.text
+    finally:
+        engine.close()
+
+
+def test_beside_the_checkpoints_rerank_head_no_time_head_serves(pairs, tiny_world_checkpoint):
+    _, index = pairs
+    engine = _engine(index, tiny_world_checkpoint, checkpoint_head=True)
+    try:
+        assert engine.info["rerank_head_source"] == "checkpoint"
+        assert engine.info["time_head_source"] is None and engine.searcher.cascade.time_tier is None
     finally:
         engine.close()
