@@ -10,15 +10,18 @@ that applies wins:
         its router says the query is about time (motion or change, an
         order, a count: p >= its threshold) and the frame tier cannot tell
         its first few apart (two or more within ``tie_margin`` of its best) the heavy tier, on those few
-    no head that reads moments serves, and the time head parses the query
-        as an order or a count                                            the time tier, on all R
+    no head that reads moments serves, the time head parses the query as an
+        order or a count, and the frame tier cannot tell its first few apart
+        (two or more within ``tie_margin`` of its best)                   the time tier, on all R
     the frame tier's lead (its first score less its second) reaches
         ``heavy_margin``                                                   the frame tier's order stands
     otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
 
 The router is learned (a logistic regression on q, trained with the head: training.moment_head), so
 no template over the sentence decides the ranking where a head that reads moments serves; the time
-head's parse (models.time_head, a template) routes only an engine without one, as before. The head may only reorder what the frame tier
+head's parse (models.time_head, a template) routes only an engine without one, and only where the
+frame tier's own evidence is a tie: a sentence the parser misreads ("a red square appears, then it
+is gone") keeps a frame-tier ranking that has a clear winner. The head may only reorder what the frame tier
 could not tell apart, and a reordering stands only when the head's evidence is stronger: its best
 candidate beats the frame tier's first by at least ``keep_margin`` on the head's own score, else the
 frame tier's order stands (and the answer says so). Every answer records its route (``route``).
@@ -80,8 +83,10 @@ class CascadePolicy:
             why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
                    f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
             return Route(HEAVY, s.ties, why=why)
-        if s.time_plan is not None and not s.moments:
-            return Route(TIME, shortlist, why="a query about order or count")
+        if s.time_plan is not None and not s.moments and s.ties >= 2:
+            why = (f"a query about order or count (the time head's reading) whose first {s.ties} the frame "
+                   "tier could not tell apart")  # fmt: skip
+            return Route(TIME, shortlist, why=why)
         if s.lead is not None and s.lead >= s.heavy_margin:
             return Route(None, why="the frame tier's lead settles it")
         return Route(HEAVY, s.budget, why="too close to call, or asked for")
