@@ -26,7 +26,7 @@ def test_demo_serves_and_its_suggested_queries_find_the_right_video(tmp_path):
     with ServerProcess(cmd, env=env, port=port, ready_timeout=600, stop_signal=signal.SIGINT) as server:
         ready = httpx.get(f"{server.url}/readyz", timeout=5).json()
         assert ready["random_weights"] is False
-        assert ready["rerank_head_source"] == "checkpoint"  # the shapes-world checkpoint's rerank head serves
+        assert ready["time_head_source"] == "checkpoint"  # the shapes-world checkpoint's time head serves
         suggestions = re.findall(r'"query": "([^"]+)".*# expect (\S+) first', server.output)
         assert len(suggestions) == 5, server.output[-2000:]  # three single events, one order, one count
         for i, (query, expected) in enumerate(suggestions):

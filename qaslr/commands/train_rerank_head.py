@@ -8,10 +8,10 @@ candidates' moments (the windows serving reads, from the index's frame store) an
 --train-seeds' splits, measuring it on --dev-seeds' (the seeds every constant was chosen on) against
 the frame tier on the same candidates, with the Table 5 controls and the Table 6 partial readouts.
 OUT holds the head (head_config.json, head.safetensors), its router (router.json: which queries are
-about time) and training.json (the recipe, the time it took, the measurements). The head shipped in
-training/tiny_world/rerank_head/ is this command with its defaults (training/tiny_world/README.md
-gives the time); a checkpoint's rerank_head/ folder is served by default, or serve one with
-QASLR_RERANK_HEAD=OUT."""
+about time) and training.json (the recipe, the time it took, the measurements). A checkpoint's
+rerank_head/ folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. No rerank head
+ships yet: with these defaults the head stayed at chance on the development split
+(training/tiny_world/README.md, "The rerank head")."""
 
 from __future__ import annotations
 

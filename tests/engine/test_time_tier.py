@@ -49,7 +49,9 @@ def _pair_queries(corpus):
 def test_the_checkpoint_time_head_serves_by_default_and_ranks_each_pair_by_time(pairs, tiny_world_checkpoint):
     corpus, index = pairs
     truth = corpus.by_id()
-    engine = _engine(index, tiny_world_checkpoint)
+    # every pair routed to the time head (tie_margin 1: the frame tier never tells a pair apart), so
+    # this measures the head's ranking; when the default's frame-tier tie routes is test_time_routing's
+    engine = _engine(index, tiny_world_checkpoint, tie_margin=1.0)
     try:
         assert engine.info["time_head_source"] == "checkpoint"
         assert len(engine.info["time_head"]) == 16
@@ -129,11 +131,18 @@ def test_a_checkpoint_time_head_of_another_backbone_steps_aside(
         engine.close()
 
 
-def test_beside_the_checkpoints_rerank_head_no_time_head_serves(pairs, tiny_world_checkpoint):
+def test_beside_a_rerank_head_that_reads_moments_no_time_head_serves(pairs, tiny_world_checkpoint, tmp_path):
+    from core.config import DEFAULT_MAX_EVIDENCE
+    from models.head import create_head, save_head
+    from training.moment_head import MomentRecipe, head_config
+
     _, index = pairs
-    engine = _engine(index, tiny_world_checkpoint, checkpoint_head=True)
+    head = create_head(head_config(MomentRecipe(), 128, 128, DEFAULT_MAX_EVIDENCE), seed=0)
+    save_head(head, tmp_path / "moments")
+    engine = _engine(index, tiny_world_checkpoint, rerank_head=tmp_path / "moments")
     try:
-        assert engine.info["rerank_head_source"] == "checkpoint"
+        assert engine.info["rerank_head_source"] == "QASLR_RERANK_HEAD"
         assert engine.info["time_head_source"] is None and engine.searcher.cascade.time_tier is None
+        assert engine.searcher.cascade.moments
     finally:
         engine.close()

@@ -55,7 +55,8 @@ def test_readyz_the_page_and_every_answer_say_shapes_world(world_index, tiny_wor
     from service.settings import Settings
 
     settings = Settings(
-        index=world_index, model=str(tiny_world_checkpoint), default_frames=4, max_frames=4, redis_url=None
+        index=world_index, model=str(tiny_world_checkpoint), default_frames=4, max_frames=4, redis_url=None,
+        tie_margin=1.0,  # two noise videos: a tie, so the order query below goes to the time head
     )
     with live_server(create_app(settings)) as client:
         ready = client.get("/readyz").json()
@@ -68,14 +69,15 @@ def test_readyz_the_page_and_every_answer_say_shapes_world(world_index, tiny_wor
         lines = client.post("/search/stream", json={"query": "a red square appears", "top_k": 2}).text
         final = json.loads(lines.strip().splitlines()[-1])
         assert final["type"] == "final" and SHAPES_WORLD_WARNING in final["response"]["warnings"]
-        # the checkpoint's rerank head serves by default (no time head beside it), over HTTP too
-        assert ready["rerank_head_source"] == "checkpoint" and ready["time_head_source"] is None
+        # the checkpoint's time head serves by default: a query about order goes to it, over HTTP too
+        assert ready["time_head_source"] == "checkpoint" and len(ready["time_head"]) == 16
         r = client.post(
             "/search", json={"query": "a red square appears, then a blue circle appears", "top_k": 2}
         )
         assert r.status_code == 200, r.text
-        assert r.json()["route"] and r.json()["rerank_embedder"] != "time"
-        assert "rerank_head_source" in client.get("/static/app.js").text  # the page's status line names it
+        assert r.json()["rerank_embedder"] == "time"
+        assert {hit["tier"] for hit in r.json()["results"]} == {"time"}
+        assert "time_head_source" in client.get("/static/app.js").text  # the page's status line names it
         page = client.get("/").text
         assert 'id="shapes-world"' in page and "mean nothing" in page
         assert '$("shapes-world").hidden = !body.shapes_world' in client.get("/static/app.js").text
