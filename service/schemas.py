@@ -184,8 +184,9 @@ class SearchRequest(BaseModel):
     top_k: TopK = Field(DEFAULT_TOP_K, description="results to return")
     shortlist: Shortlist | None = Field(
         None,
-        description=f"R, stage-1 candidates that stage 2 rescores (1..{MAX_SHORTLIST}; values below top_k are "
-        "raised to top_k; default max(10, top_k))",
+        description=f"R, stage-1 candidates that stage 2 rescores at a time (1..{MAX_SHORTLIST}; default: the "
+        "server's QASLR_DEFAULT_SHORTLIST). It does not depend on `top_k`: the ranking is stage 2's order of "
+        "each window of R candidates in turn, and a page larger than R runs on into the next window",
     )
     mode: SearchMode = Field(
         SearchMode.RERANK,
@@ -249,8 +250,8 @@ class SearchRequest(BaseModel):
     page_token: StrictStr | None = Field(
         None,
         pattern=PAGE_TOKEN_PATTERN,
-        description="the `next_page_token` of the previous answer to the same request: the next window of "
-        "`shortlist` stage-1 candidates",
+        description="the `next_page_token` of the previous answer to the same request: the results that "
+        "follow its last (the pages together are one ranking)",
     )
     exit_threshold: ExitThreshold | None = Field(
         None,
@@ -495,9 +496,14 @@ class SearchResponse(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     group_by: Literal["video", "clip"] = "video"
     sources: Sources = Field(DEFAULT_SOURCES, description="what the ranking is by (seen, said, both)")
-    page_start: int = Field(1, description="stage-1 rank of this page's first candidate")
+    page_start: int = Field(
+        1,
+        description="the rank of this page's first result in the whole ranking (page 2 of top_k 3 starts at 4)",
+    )
     next_page_token: str | None = Field(
-        None, description="send as `page_token` (with the same request) for the next stage-1 window"
+        None,
+        description="send as `page_token` (with the same request; `top_k` may change) for the results that "
+        "follow this page's last; null: the ranking ends here",
     )
 
 

@@ -220,7 +220,7 @@ def test_clips_by_what_is_said_are_the_cues(spoken_engine, spoken_corpus):
 def test_pages_by_both_show_each_video_once(spoken_engine, spoken_corpus):
     ids = _ids(spoken_corpus[0])
     s = spoken_engine.searcher
-    seen, offset = [], 0
+    seen, offset, skip = [], 0, 0
     while True:
         out = s.search(
             {
@@ -230,12 +230,13 @@ def test_pages_by_both_show_each_video_once(spoken_engine, spoken_corpus):
                 "shortlist": 2,
                 "top_k": 2,
                 "offset": offset,
+                "skip": skip,
             }
         )
         seen += [h.video_id for h in out.hits]
-        if not out.more:
+        if out.next_offset is None:  # each page starts where the last ended
             break
-        offset += 2
+        offset, skip = out.next_offset, out.next_skip
     assert len(seen) == len(set(seen))
     assert {ids[0], ids[1], ids[2], ids[5]} <= set(seen)
 
