@@ -40,7 +40,11 @@ _RESPONSES = {
         f"than {images.MAX_IMAGE_BYTES // (1024 * 1024)} MiB or {images.MAX_IMAGE_PIXELS} pixels",
     },
     409: {"model": ErrorResponse, "description": "`page_token` belongs to another request or index"},
-    415: {"model": ErrorResponse, "description": "`image` is not a picture in a supported format"},
+    415: {
+        "model": ErrorResponse,
+        "description": "`image` is not a picture in a supported format, or the body was not sent with "
+        "`Content-Type: application/json` (e.g. a form, as `curl -d` sends without `-H`)",
+    },
     422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
     429: {"model": ErrorResponse, "description": "the search queue is full"},
     503: {

@@ -306,3 +306,21 @@ def test_a_filter_that_leaves_one_candidate_says_the_heavy_tier_scored_it_alone(
     assert any("only one candidate" in w for w in body["warnings"]), body["warnings"]
     frames = server.post("/search", json={"query": QUERY, "filter": {"rank": 3}, "mode": "frames"}).json()
     assert not any("only one candidate" in w for w in frames["warnings"])
+
+
+@pytest.mark.parametrize("route", ["/search", "/search/stream"])
+def test_a_form_body_is_told_to_send_json(server, route):
+    # issue 40: `curl -d 'query=...'` (a form) got a 422 about fields of a body never read
+    r = server.post(
+        route, content=b"query=red+block", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    err = _error(r, 415, "body")
+    assert "Content-Type: application/json" in err["message"] and "x-www-form-urlencoded" in err["message"]
+    r = server.post(route, content=b'{"query": "red block"}', headers={"Content-Type": "text/plain"})
+    assert "Content-Type: application/json" in _error(r, 415, "body")["message"]
+    ok = server.post(
+        route, content=b'{"query": "x", "mode": "indexed"}', headers={"Content-Type": "application/json"}
+    )
+    assert ok.status_code == 200
+    described = server.get("/openapi.json").json()["paths"][route]["post"]["responses"]["415"]["description"]
+    assert "Content-Type: application/json" in described
