@@ -52,6 +52,7 @@ from engine.tiers import encoding_tier
 from engine.tiers.frame import FrameTier
 from engine.tiers.timehead import TimeTier
 from models.streaming import VideoEncoder
+from models.time_query import parse_time_query
 
 __all__ = ["Searcher"]
 
@@ -266,6 +267,8 @@ class Searcher:
             for name in _COUNTERS:
                 setattr(outcome, name, 0)
             ranked = self._window(window, fusion)
+            if window is state:
+                self._say_if_time_ignored(state)
             for name in _COUNTERS:
                 totals[name] += getattr(outcome, name)
             route = route or outcome.route
@@ -314,6 +317,26 @@ class Searcher:
             on_update(hits)
 
         return update
+
+    def _say_if_time_ignored(self, state: SearchState) -> None:
+        """A query that asks for a count or an order ("... three times") that no tier answered for this
+        request was searched as a plain description: the answer says so, naming what the words asked."""
+        asked = parse_time_query(state.seen_text) if state.params.image is None else None
+        if asked is None or any(h.tier == TimeTier.name for h in state.hits):
+            return
+        what = f"a count ({asked.count} times)" if asked.kind == "count" else "an order"
+        head = self.time_tier.head.config if self.time_tier is not None else None
+        why = (
+            "this server has no time head"
+            if head is None
+            else f"this server's time head answers {', '.join(head.conditions)}"
+            if not head.supports(asked.condition, len(asked.events))
+            else "the request's mode or heavy did not run the time head"
+        )
+        state.outcome.warnings.append(
+            f"the query asks for {what}, which was ignored ({why}): it was searched as a description "
+            f"of {' then '.join(repr(e) for e in asked.events)}"
+        )
 
     def _say_if_alone(self, state: SearchState) -> None:
         """A window of one candidate (a narrow filter, the ranking's end) has nothing to reorder: when

@@ -143,3 +143,15 @@ def test_a_filter_on_a_key_no_video_has_warns_and_names_the_known_keys(world_eng
         {"query": "a red square", "mode": "indexed", "filter": {"kind": "single"}}
     )
     assert known.hits and not [w for w in known.warnings if w.startswith("filter:")]
+
+
+def test_a_count_or_order_no_tier_answers_is_said_not_silently_dropped(world_engine):
+    # issue 40: "three times" in a query was silently searched as a description
+    searcher = world_engine.searcher
+    unsupported = searcher.search({"query": "a red square appears four times", "top_k": 3})
+    (warning,) = [w for w in unsupported.warnings if "was ignored" in w]
+    assert "a count (4 times)" in warning and "'a red square appears'" in warning
+    frames = searcher.search({"query": "a red square appears twice", "mode": "frames", "top_k": 3})
+    assert any("a count (2 times)" in w and "mode or heavy" in w for w in frames.warnings)
+    plain = searcher.search({"query": "a red square appears", "top_k": 3})
+    assert not any("was ignored" in w for w in plain.warnings)
