@@ -377,7 +377,14 @@ function fillCard(card, result, rank, groupBy, final, scale) {
   const meta = result.metadata || {};
   card.querySelector(".title").textContent = meta.title || result.video_id;
   card.querySelector(".title").title = result.video_id;
-  card.querySelector(".score").textContent = `score ${result.score.toFixed(3)}`;
+  // score means one thing per tier (its label says which); relevance is the cross-tier number
+  const scoreEl = card.querySelector(".score");
+  scoreEl.textContent = result.source === "said"
+    ? `BM25 ${result.score.toPrecision(3)}`
+    : result.seen_score != null
+      ? `fused score ${result.score.toFixed(3)}`
+      : `${result.tier ? TIER_LABELS[result.tier] || result.tier : "stage 1"} score ${result.score.toFixed(3)}`;
+  scoreEl.title = "the ranking score of the tier that ranked it: compare results by relevance";
   const rel = card.querySelector(".relevance");
   if (rel) {
     const weak = result.relevance != null && result.relevance < MIN_RELEVANCE;
