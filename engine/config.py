@@ -177,7 +177,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(subtitles): relevance (the better of the two 0..1 relevances plus a third of the other) or "
             "rrf (reciprocal rank fusion, k=60).", SEARCH),
     Setting("default_shortlist", int, DEFAULT_SHORTLIST, "Shortlist R when a request gives none (the paper's "
-            "10); requests may ask for 1..200 (raised to top_k when lower).", SEARCH,
+            "10); requests may ask for 1..200. It never depends on top_k: pages cut one ranking.", SEARCH,
             bounds={"ge": 1, "le": MAX_SHORTLIST}),
     Setting("default_frames", int, DEFAULT_FRAMES, "Stage-2 frames K' per candidate when a request gives none "
             "(the paper's K' is 128: 32 keeps CPU latency down; use 128 on a GPU). A streaming stage-2 head "

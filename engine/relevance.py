@@ -12,6 +12,8 @@ The null sample (about 2,000 frames drawn once from the whole collection) is mos
 are between events, so a query that matches nothing lifts no frame far above it; a query whose
 words lie outside what the backbone knows scores every frame alike. ``w`` and the documented
 threshold (:data:`core.config.MIN_RELEVANCE`) were chosen by benchmarks/bench_quality.py.
+
+An answer shows relevance through :func:`monotone`: never higher than the result ranked above it.
 """
 
 from __future__ import annotations
@@ -47,3 +49,18 @@ class NullSample:
 
 def relevance(peak: float, null: float, *, weight: float = RELEVANCE_NULL_WEIGHT) -> float:
     return float(np.clip(peak - weight * null, 0.0, 1.0))
+
+
+def monotone(ranked, floor: float | None = None) -> float | None:
+    """Make ``relevance`` non-increasing along a ranked list (a running minimum, in place), so that
+    no result reads as more relevant than one ranked above it: the order is the ranking's (stage 2's,
+    or the fusion's), and a result's shown relevance is the least of its own and every one above it.
+    ``floor``: the relevance of the result just above the list (a page that continues a ranking).
+    Items without a relevance are left as they are. Returns the last relevance (the next floor)."""
+    for item in ranked:
+        if item.relevance is None:
+            continue
+        if floor is not None and item.relevance > floor:
+            item.relevance = floor
+        floor = item.relevance
+    return floor

@@ -93,7 +93,10 @@ class SearchOutcome:
     hits: list[Hit]
     clips: list[ClipHit] | None = None  # group_by "clip": the moments, best first
     more: bool = False  # the stage-1 ranking goes on past this page
-    offset: int = 0
+    offset: int = 0  # the page's first window (engine.search.searcher: pages cut one ranking)
+    skip: int = 0  # ... and the results of it earlier pages showed
+    next_offset: int | None = None  # where the next page starts (None: the ranking ends here)
+    next_skip: int = 0
     rerank_embedder: str | None = None
     timings_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     cache_hits: int = 0

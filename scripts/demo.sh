@@ -6,11 +6,7 @@
 # --help / -h prints the demo's options without installing anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for arg in "$@"; do
-  if [ "$arg" = "--help" ] || [ "$arg" = "-h" ]; then
-    # `COLUMNS=100 qaslr demo --help`, kept here so that help needs no install
-    # (tests/test_first_hour.py fails when the two disagree)
-    cat <<'HELP'
+HELP_TEXT=$(cat <<'HELP'
 usage: qaslr demo [-h] [--workdir WORKDIR] [--model MODEL] [--head HEAD] [--videos VIDEOS]
                   [--host HOST] [--port PORT] [--no-serve]
 
@@ -37,8 +33,27 @@ options:
   --port PORT        port (QASLR_PORT, default 8000)
   --no-serve         stop after building the index
 HELP
-    exit 0
-  fi
+)
+# `COLUMNS=100 qaslr demo --help`, kept here so that help (and refusing an unknown option) needs no
+# install (tests/test_first_hour.py fails when the two disagree)
+usage_error() {  # like argparse: the usage lines, the problem, exit status 2
+  printf '%s\n' "$HELP_TEXT" | sed -n '1,/^$/p' | sed '$d' >&2
+  echo "demo.sh: error: $1" >&2
+  exit 2
+}
+expect_value=""
+for arg in "$@"; do
+  if [ -n "$expect_value" ]; then expect_value=""; continue; fi
+  case "$arg" in
+    --help|-h) printf '%s\n' "$HELP_TEXT"; exit 0 ;;
+    --workdir|--model|--head|--videos|--host|--port) expect_value="$arg" ;;
+    --workdir=*|--model=*|--head=*|--videos=*|--host=*|--port=*|--no-serve) ;;
+    *) usage_error "unrecognized arguments: $arg" ;;
+  esac
 done
+[ -z "$expect_value" ] || usage_error "argument $expect_value: expected one argument"
+# a quiet first screen: no pip banners, no weight-loading bars (the demo's own progress stays)
+export PIP_QUIET=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
+export TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 bash scripts/setup.sh runtime
 exec .venv/bin/qaslr demo "$@"

@@ -215,7 +215,7 @@ def redact_logs(settings: Settings):
 
     from core.logs import Redactor, configure_logging
 
-    secrets = list(settings.api_keys)
+    secrets = list(settings.api_keys) + list(settings.admin_keys)
     if settings.redis_url:
         password = urlsplit(settings.redis_url).password
         if password:

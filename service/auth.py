@@ -1,9 +1,16 @@
 """Optional API keys: ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``, compared in constant
-time against every configured key. No keys configured = authentication off."""
+time against every configured key. No keys configured = authentication off, which only a server on
+loopback gets by default: one bound beyond it without keys refuses to start unless told
+``allow_unprotected`` (:func:`unprotected_problem`, as Redis's protected mode).
+
+The admin routes (``/admin/*``) take keys of their own (``admin_keys``; an API key does not open
+them). Without admin keys they answer only a server bound to loopback (with the API key, when there
+are API keys), and are refused (403) beyond it (:func:`require_admin_key`)."""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 
 from fastapi import Depends, Request
 
@@ -66,3 +73,52 @@ async def require_media_access(request: Request, state: AppState = Depends(get_s
         "or `?token=` from POST /media-token",
         headers={"WWW-Authenticate": "Bearer"},
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address reaches only this machine (127.0.0.0/8, ::1, localhost)."""
+    host = (host or "").strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def unprotected_problem(settings) -> str | None:
+    """Why a server must not start as configured (None: it may): bound beyond loopback with no API
+    keys, and not told ``allow_unprotected``."""
+    if is_loopback(settings.host) or settings.api_keys or settings.allow_unprotected:
+        return None
+    return (
+        f"refusing to serve on {settings.host} without API keys: anyone who reaches the port could search "
+        "and watch every video. Set QASLR_API_KEYS (or --api-key), bind 127.0.0.1, or start it unprotected "
+        "on purpose with --allow-unprotected (QASLR_ALLOW_UNPROTECTED=1)"
+    )
+
+
+async def require_admin_key(request: Request, state: AppState = Depends(get_state)) -> None:
+    """The admin routes: an admin key, or (no admin keys configured) a loopback server's API access."""
+    settings = state.settings
+    admin = settings.admin_keys
+    if not admin:
+        if not is_loopback(settings.host):
+            raise ApiError(
+                403,
+                "admin_disabled",
+                f"the admin routes are off on a server bound to {settings.host}: configure an admin key "
+                "(QASLR_ADMIN_KEYS or --admin-key) and send it as `X-API-Key: <admin key>`, or send the "
+                "server SIGHUP to reload the index",
+            )
+        await require_api_key(request, state)
+        return
+    presented = _presented(request)
+    if presented is None or not key_matches(presented, admin):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "missing or invalid admin key: the admin routes take an admin key (QASLR_ADMIN_KEYS), sent as "
+            "`Authorization: Bearer <key>` or `X-API-Key: <key>`; an API key does not open them",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

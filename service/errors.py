@@ -8,7 +8,8 @@ exceptions are logged with their stack trace under the request id and answered w
 The engine's refusals (:mod:`engine.errors`) become HTTP answers through one table,
 :data:`ENGINE_REFUSALS` (:func:`engine_refusal`).
 
-A body that cannot be parsed at all (not UTF-8, not JSON) is a 422 ``validation_error`` on the field
+A JSON route's body sent with another ``Content-Type`` (a form, as ``curl -d`` sends) is a 415 that
+names the header to send (``Content-Type: application/json``). A body that cannot be parsed at all (not UTF-8, not JSON) is a 422 ``validation_error`` on the field
 ``body``, like any other invalid body (the framework's own answer would be an undocumented 400), and
 a body larger than ``MAX_BODY_BYTES`` (more on the search routes, which take image queries) is
 refused with 413 before anything reads it (:class:`BodyLimitMiddleware`).
@@ -236,6 +237,25 @@ def _problems(errors: list[dict], body) -> list[dict]:
     return problems
 
 
+NOT_JSON_MESSAGE = (
+    "send the request body as JSON with the header `Content-Type: application/json` "
+    "(e.g. curl -H 'Content-Type: application/json' -d '{\"query\": \"...\"}'); this request's Content-Type is "
+)
+
+
+def _not_json(request: Request, errors: list[dict]) -> JSONResponse | None:
+    """A JSON route's body sent as something else (curl's ``-d`` alone sends a form): a 415 that says
+    which header to send, instead of a validation error about the fields of a body never read."""
+    sent = request.headers.get("content-type")
+    if sent is None or not any(e.get("loc", ())[:1] == ("body",) for e in errors):
+        return None
+    media = sent.split(";")[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        return None
+    body = error_body("unsupported_media_type", NOT_JSON_MESSAGE + (media or "empty"), field="body")
+    return JSONResponse(body, status_code=415)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
@@ -244,6 +264,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         errors = exc.errors()
+        refused = _not_json(request, errors)
+        if refused is not None:
+            return refused
         problems = _problems(errors, getattr(exc, "body", None))
         if not problems:
             problems = [{"field": "body", "where": "", "message": "invalid request"}]

@@ -93,14 +93,22 @@ def to_result(hit, clip=None) -> SearchResult:
     )  # fmt: skip
 
 
-def to_response(result, request_id: str, *, cache_backend: str, digest: str | None = None) -> SearchResponse:
+def to_response(
+    result, request_id: str, *, cache_backend: str, digest: str | None = None, start: int = 1
+) -> SearchResponse:
     if result.clips is not None:
         results = [to_result(c.hit, c) for c in result.clips]
     else:
         results = [to_result(hit) for hit in result.hits]
-    next_token = None
-    if result.more and digest is not None and result.offset + result.shortlist <= MAX_OFFSET:
-        next_token = encode_page_token(result.offset + result.shortlist, digest)
+    next_token = None  # the next page starts where this one ended (engine.search.searcher)
+    following = getattr(result, "next_offset", None)
+    if (
+        following is not None
+        and digest is not None
+        and following <= MAX_OFFSET
+        and result.next_skip <= MAX_OFFSET
+    ):
+        next_token = encode_page_token(following, result.next_skip, start + len(results), digest)
     return SearchResponse(
         request_id=request_id,
         query=result.query,
@@ -124,6 +132,6 @@ def to_response(result, request_id: str, *, cache_backend: str, digest: str | No
         warnings=result.warnings,
         group_by="clip" if result.clips is not None else "video",
         sources=getattr(result, "sources", "seen"),
-        page_start=result.offset + 1,
+        page_start=start,
         next_page_token=next_token,
     )

@@ -184,8 +184,9 @@ class SearchRequest(BaseModel):
     top_k: TopK = Field(DEFAULT_TOP_K, description="results to return")
     shortlist: Shortlist | None = Field(
         None,
-        description=f"R, stage-1 candidates that stage 2 rescores (1..{MAX_SHORTLIST}; values below top_k are "
-        "raised to top_k; default max(10, top_k))",
+        description=f"R, stage-1 candidates that stage 2 rescores at a time (1..{MAX_SHORTLIST}; default: the "
+        "server's QASLR_DEFAULT_SHORTLIST). It does not depend on `top_k`: the ranking is stage 2's order of "
+        "each window of R candidates in turn, and a page larger than R runs on into the next window",
     )
     mode: SearchMode = Field(
         SearchMode.RERANK,
@@ -249,8 +250,8 @@ class SearchRequest(BaseModel):
     page_token: StrictStr | None = Field(
         None,
         pattern=PAGE_TOKEN_PATTERN,
-        description="the `next_page_token` of the previous answer to the same request: the next window of "
-        "`shortlist` stage-1 candidates",
+        description="the `next_page_token` of the previous answer to the same request: the results that "
+        "follow its last (the pages together are one ranking)",
     )
     exit_threshold: ExitThreshold | None = Field(
         None,
@@ -344,10 +345,17 @@ class SearchResult(BaseModel):
     video_id: str
     score: float = Field(
         ...,
-        description="final score: s_ij = q·v_ij after rerank, else stage-1 q·v_j; when what was said is fused "
-        "in (a page with a spoken match), the fused score (QASLR_FUSION relevance: max(seen, said) + 1/3 "
+        description="the ranking score of the `tier` that ranked this result; it orders the results of one "
+        "tier in one answer and means one thing per tier (compare results across tiers or queries by "
+        "`relevance`, the only cross-tier number): stage 1 (`tier` null): q·v_j; `frame`: the frame tier's "
+        "aggregate of q·f_c over the frame bank (QASLR_FRAME_AGGREGATE, max by default); `oneshot`/`head`: "
+        "s_ij = q·v_ij of the re-encoded candidate; `time`: the time head's score for the order or count "
+        "asked; group_by=clip: the frame tier's over the moment's frames. When what was said is fused in "
+        "(a page with a spoken match), the fused score (QASLR_FUSION relevance: max(seen, said) + 1/3 "
         "min(seen, said) over the two relevances; rrf: 1/(60 + seen rank) + 1/(60 + said rank)); with "
-        "sources=said, the cue's BM25",
+        "sources=said, the cue's BM25 (FTS5, higher is better), which in a small collection can round to "
+        "0.000 even for a cue that says every word of the query (its `relevance`, the share of the query's "
+        "words it says, is then 1.0)",
     )
     stage1_score: float
     stage1_rank: int | None = Field(
@@ -381,9 +389,12 @@ class SearchResult(BaseModel):
     )
     relevance: float | None = Field(
         None,
-        description="whether the video holds what the query describes, 0..1, comparable across results and "
-        f"queries: its best frame's cosine with the query against the query's score on typical frames of "
-        f'this collection; below {MIN_RELEVANCE} the page says "no good match" (`min_score` filters on it)',
+        description="whether the video holds what the query describes, 0..1, comparable across results, tiers "
+        f"and queries: its best frame's cosine with the query against the query's score on typical frames of "
+        f"this collection (found by what is said: the larger of that and its cue's share of the query's words); "
+        f'below {MIN_RELEVANCE} the page says "no good match" (`min_score` filters on it). Along an answer it '
+        "never rises from one result to the next: each result shows the least of its own and those ranked "
+        "above it, so it never contradicts the order shown",
     )
 
 
@@ -495,9 +506,14 @@ class SearchResponse(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     group_by: Literal["video", "clip"] = "video"
     sources: Sources = Field(DEFAULT_SOURCES, description="what the ranking is by (seen, said, both)")
-    page_start: int = Field(1, description="stage-1 rank of this page's first candidate")
+    page_start: int = Field(
+        1,
+        description="the rank of this page's first result in the whole ranking (page 2 of top_k 3 starts at 4)",
+    )
     next_page_token: str | None = Field(
-        None, description="send as `page_token` (with the same request) for the next stage-1 window"
+        None,
+        description="send as `page_token` (with the same request; `top_k` may change) for the results that "
+        "follow this page's last; null: the ranking ends here",
     )
 
 

@@ -32,6 +32,13 @@ HTTP_SETTINGS: tuple[Setting, ...] = (
     Setting("api_keys", Annotated[list[str], NoDecode], [], "Comma-separated API keys (send `Authorization: "
             "Bearer <key>` or `X-API-Key: <key>`); empty = no authentication.", HTTP, secret=True,
             shown_default="none", flag="--api-key"),
+    Setting("admin_keys", Annotated[list[str], NoDecode], [], "Comma-separated keys of the admin routes "
+            "(`/admin/*`, e.g. `POST /admin/reload-index`), sent as API keys are; an API key does not open them. "
+            "Empty: the admin routes answer only a server bound to loopback (127.0.0.1, ::1, localhost), and are "
+            "refused (403) beyond it.", HTTP, secret=True, shown_default="none", flag="--admin-key"),
+    Setting("allow_unprotected", bool, False, "Start a server bound beyond loopback without API keys. Refused "
+            "by default (as Redis's protected mode): whoever reaches the port could search and watch every "
+            "video.", HTTP, flag=True),
     Setting("log_level", str, "info", "Log level of the server (debug, info, warning, error).", HTTP),
     Setting("warm_up", bool, True, "Run one search through every stage before /readyz reports ready, so a "
             "first query costs what later ones do.", SERVING),
@@ -70,7 +77,7 @@ class _Settings(BaseSettings):
         """What the search engine is built from: these settings' engine fields."""
         return EngineConfig.from_object(self)
 
-    @field_validator("api_keys", mode="before", check_fields=False)
+    @field_validator("api_keys", "admin_keys", mode="before", check_fields=False)
     @classmethod
     def _split_keys(cls, value):
         if value is None:
@@ -113,6 +120,8 @@ def serve_flags(parser: argparse.ArgumentParser) -> list[str]:
             options["choices"] = list(typing.get_args(kind))
         elif isinstance(kind, type) and issubclass(kind, enum.Enum):
             options["choices"] = [str(m) for m in kind]
+        elif kind is bool:  # a switch: given, it turns the setting on
+            options.update(action="store_const", const=True)
         elif kind in (int, float):
             options["type"] = kind
         if isinstance(s.default, list):

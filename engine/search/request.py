@@ -99,7 +99,8 @@ class SearchParams:
     )
     min_score: float | None = None  # results scoring below are left out
     group_by: str = "video"  # "video": one result per video; "clip": moments, several per video
-    offset: int = 0  # the page's first stage-1 rank - 1 (pagination of the stage-1 ranking)
+    offset: int = 0  # the first stage-1 rank - 1 of the page's first window of R candidates
+    skip: int = 0  # results of that window's ranking that earlier pages showed
     update_chunk: int | None = None  # stage-2 candidates per progress update (default: encode_chunk)
     sources: str = DEFAULT_SOURCES  # what is ranked: seen, said or both (engine.spoken)
     notes: list[str] = field(default_factory=list)  # said back to the caller as warnings
@@ -121,7 +122,7 @@ def resolve_request(
     if group_by not in ("video", "clip"):
         raise InvalidRequest("group_by", "must be 'video' or 'clip'")
     notes = list(get("notes", None) or [])  # a resolved SearchParams keeps what it was told
-    top_k, shortlist, offset = _window(get, cfg)
+    top_k, shortlist, offset, skip = _window(get, cfg)
     mode, heavy, heavy_margin = _cascade(get, cfg, shortlist, notes if clamp_heavy else None)
     frames = get("frames")
     frames = cfg.default_frames if frames is None else int(frames)
@@ -152,6 +153,7 @@ def resolve_request(
         min_score=None if min_score is None else float(min_score),
         group_by=group_by,
         offset=offset,
+        skip=skip,
         update_chunk=get("update_chunk"),
         notes=notes,
     )
@@ -172,20 +174,22 @@ def _query_and_image(get) -> tuple[str | None, np.ndarray | None]:
     return query, image
 
 
-def _window(get, cfg: SearcherConfig) -> tuple[int, int, int]:
-    """(top_k, shortlist R, offset): the page of the stage-1 ranking the request asks for."""
+def _window(get, cfg: SearcherConfig) -> tuple[int, int, int, int]:
+    """(top_k, shortlist R, offset, skip): the page the request asks for. R does not depend on
+    ``top_k``: the ranking is the same whatever the page size, and pages cut it (engine.search.searcher)."""
     offset = int(get("offset", 0) or 0)
-    if offset < 0:
+    skip = int(get("skip", 0) or 0)
+    if offset < 0 or skip < 0:
         raise InvalidRequest("page_token", "must not start before the first result")
     top_k = int(get("top_k", DEFAULT_TOP_K) or DEFAULT_TOP_K)
     if not 1 <= top_k <= cfg.max_top_k:
         raise InvalidRequest("top_k", f"must be between 1 and {cfg.max_top_k}")
     shortlist = get("shortlist")
-    # R is at least top_k: a smaller shortlist is raised to top_k (the API documents this)
-    shortlist = max(cfg.default_shortlist, top_k) if shortlist is None else max(int(shortlist), top_k)
+    # R is the request's or the server's, whatever top_k: a page larger than R spans several windows
+    shortlist = cfg.default_shortlist if shortlist is None else int(shortlist)
     if not 1 <= shortlist <= cfg.max_shortlist:
         raise InvalidRequest("shortlist", f"must be between 1 and {cfg.max_shortlist}")
-    return top_k, shortlist, offset
+    return top_k, shortlist, offset, skip
 
 
 def _cascade(get, cfg: SearcherConfig, shortlist: int, clamp_notes: list | None):

@@ -1,6 +1,6 @@
 """What is said, as stages of a search (engine.spoken ranks and fuses; these put it in the search).
 
-- ``sources=said`` (:func:`said_search`): the page's window of the spoken ranking, scored by BM25
+- ``sources=said`` (:func:`said_window`): the page's window of the spoken ranking, scored by BM25
   (-bm25); no stage 1 or 2.
 - ``sources=both``: after stage 1, :func:`join` takes the page's spoken window (a video an earlier
   page showed through speech is not shown again) and makes hits of the spoken videos outside the
@@ -20,11 +20,12 @@ from engine.search.evidence import Evidence
 from engine.search.state import SearchState
 from engine.spoken import fuse, fuse_clips, spoken_page
 
-__all__ = ["fuse_hits", "fuse_page_clips", "join", "said_search"]
+__all__ = ["fuse_hits", "fuse_page_clips", "join", "said_window"]
 
 
-def said_search(state: SearchState, index, evidence: Evidence, *, fusion: str) -> None:
-    """``sources=said``: the page's window of the spoken ranking (``state.outcome`` filled in)."""
+def said_window(state: SearchState, index, evidence: Evidence, *, fusion: str) -> list:
+    """``sources=said``: this window of the spoken ranking (its clips with group_by clip, else its
+    hits), each with its relevance; ``state.outcome.more`` says whether another window follows."""
     p, outcome, q_vec = state.params, state.outcome, state.q_vec
     with state.clock.stage("spoken"):
         page = spoken_page(index, p.query, offset=p.offset, size=p.shortlist, allowed=state.allowed)
@@ -33,26 +34,16 @@ def said_search(state: SearchState, index, evidence: Evidence, *, fusion: str) -
         hit.spoken = page.ranking[hit.video_id]
         hit.score, hit.source = hit.spoken.score, Sources.SAID
     outcome.more = page is not None and page.more
-    if p.group_by == "clip" and page is not None:
-        outcome.clips = fuse_clips([], page, hits, rule=fusion,
-                                   make_clip=lambda h, cue: evidence.cue_clip(p, q_vec, h, cue))  # fmt: skip
-        for clip in outcome.clips:
-            clip.score = -clip.cue["bm25"]
-        outcome.clips = [c for c in outcome.clips if p.min_score is None or c.relevance >= p.min_score]
-        outcome.clips = outcome.clips[: p.top_k]
     evidence.relevance(q_vec, hits)
-    if p.min_score is not None:
-        hits = [h for h in hits if h.relevance is not None and h.relevance >= p.min_score]
-    outcome.hits = hits[: p.top_k]
-    with state.clock.stage("moment"):
-        for hit in outcome.hits:
-            if p.include_evidence:
-                evidence.bank_evidence(p, q_vec, hit)
-                hit.moment, hit.moment_source = (hit.spoken.start_s, hit.spoken.end_s), "cue"
-                hit.timeline = evidence.timeline(q_vec, hit)
-        for clip in outcome.clips or []:
-            if p.include_evidence and clip.hit.timeline is None:
-                clip.hit.timeline = evidence.timeline(q_vec, clip.hit)
+    if p.group_by != "clip":
+        return hits
+    if page is None:
+        return []
+    clips = fuse_clips([], page, hits, rule=fusion,
+                       make_clip=lambda h, cue: evidence.cue_clip(p, q_vec, h, cue))  # fmt: skip
+    for clip in clips:
+        clip.score = -clip.cue["bm25"]
+    return clips
 
 
 def join(state: SearchState, index, evidence: Evidence, *, fusion: str) -> None:

@@ -7,7 +7,15 @@
     stage 2      the cascade: the frame tier, then the time or heavy tier as its policy routes
                  (engine.search.cascade, engine.tiers)
     fusion       both: the seen and said rankings fused (engine.spoken.fusion)
-    results      clips, relevance, min_score, top_k, evidence, moments, timelines (engine.search.shape)
+    results      clips, relevance, min_score, evidence, moments, timelines (engine.search.shape)
+
+Pages cut one ranking: the ranking is stage 2's order of the first window of R stage-1 candidates,
+then of the next window of R, and so on (R, the shortlist, is the request's or the server's and
+never depends on ``top_k``). A page starts where the last ended (``offset``: its window, ``skip``:
+the results of that window earlier pages showed) and holds the next ``top_k`` results, running on
+into the next window when its own ends. Along an answer ``relevance`` never rises
+(engine.relevance.monotone, from the start of the page's first window), and ``min_score`` filters
+on that relevance, so it ends the ranking where the first result falls below it.
 
 A stage-1 miss stays a miss: stage 2 only reorders the shortlist. One ranking, one score space:
 every candidate the heavy tier scores goes through the same pathway; a streaming stage 2 applies
@@ -20,6 +28,7 @@ exactly the pixels first read, so warm and cold requests give identical scores.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -28,13 +37,14 @@ from engine.cache import FrameCache
 from engine.errors import InvalidRequest
 from engine.frames import FrameSource
 from engine.refine import MomentRefiner
-from engine.results import SearchOutcome
+from engine.relevance import monotone
+from engine.results import Hit, SearchOutcome
 from engine.runtime.batching import serialize_processor
 from engine.search import said
 from engine.search.cascade import Cascade
 from engine.search.evidence import Evidence
 from engine.search.request import SearcherConfig, SearchParams, resolve_request
-from engine.search.shape import shape_results
+from engine.search.shape import finish_page, rank_window
 from engine.search.stage1 import STAGE2_MODES, Stage1
 from engine.search.state import SearchState
 from engine.spoken import split_clues
@@ -42,8 +52,12 @@ from engine.tiers import encoding_tier
 from engine.tiers.frame import FrameTier
 from engine.tiers.timehead import TimeTier
 from models.streaming import VideoEncoder
+from models.time_query import parse_time_query
 
 __all__ = ["Searcher"]
+
+# an answer's stage-2 counters, summed over the windows of its page
+_COUNTERS = ("cache_hits", "cache_misses", "decoded_frames", "cache_errors", "store_frames", "store_errors")
 
 logger = logging.getLogger(__name__)
 
@@ -220,9 +234,15 @@ class Searcher:
         self.stage1.embed_query(state)
         if not self.stage1.apply_filter(state):
             return state.finish()
+        self._page(state, fusion)
+        return state.finish()
+
+    def _window(self, state: SearchState, fusion: str) -> list:
+        """One window of the ranking (R stage-1 candidates, or the spoken ranking's), ranked, with
+        relevance: stage 1, what is said, stage 2, fusion (the module docstring's stages)."""
+        p = state.params
         if p.sources == Sources.SAID:  # what is said alone: no stage 1 or 2
-            said.said_search(state, self.index, self.evidence, fusion=fusion)
-            return state.finish()
+            return said.said_window(state, self.index, self.evidence, fusion=fusion)
         self.stage1.shortlist(state)
         if p.sources == Sources.BOTH:
             said.join(state, self.index, self.evidence, fusion=fusion)
@@ -230,6 +250,100 @@ class Searcher:
             state.on_update(list(state.hits))
         if p.mode in STAGE2_MODES and state.hits:
             self.cascade.run(state)
+            self._say_if_alone(state)
         said.fuse_hits(state, self.evidence, fusion=fusion)
-        shape_results(state, self.evidence, fusion=fusion)
-        return state.finish()
+        return rank_window(state, self.evidence, fusion=fusion)
+
+    def _page(self, state: SearchState, fusion: str) -> None:
+        """The page's ``top_k`` results from ``offset`` and ``skip`` on (module docstring), and where
+        the next page starts (``outcome.next_offset``, ``outcome.next_skip``; None: the ranking ends)."""
+        p, outcome = state.params, state.outcome
+        if state.on_update is not None:
+            state.on_update = self._relevance_updates(state, state.on_update)
+        offset, skip, need, floor = p.offset, p.skip, p.top_k, None
+        window, page, route = state, [], None
+        totals = dict.fromkeys(_COUNTERS, 0)
+        while True:
+            for name in _COUNTERS:
+                setattr(outcome, name, 0)
+            ranked = self._window(window, fusion)
+            if window is state:
+                self._say_if_time_ignored(state)
+            for name in _COUNTERS:
+                totals[name] += getattr(outcome, name)
+            route = route or outcome.route
+            floor = monotone(ranked, floor)  # from the window's first result: pages agree on it
+            taken = ranked[skip : skip + need]
+            kept = taken
+            if p.min_score is not None:  # relevance never rises: the first below ends the ranking
+                kept = [r for r in taken if r.relevance is not None and r.relevance >= p.min_score]
+            page += kept
+            need -= len(kept)
+            if len(kept) < len(taken):
+                outcome.more = False
+                break
+            if skip + len(taken) < len(ranked):
+                outcome.next_offset, outcome.next_skip = offset, skip + len(taken)
+                break
+            if not outcome.more:
+                break
+            offset, skip = offset + p.shortlist, 0
+            if need == 0:
+                outcome.next_offset, outcome.next_skip = offset, 0
+                break
+            window = dataclasses.replace(
+                state, params=dataclasses.replace(p, offset=offset), hits=[], shown=[], spoken=None,
+                spoken_only=[], on_update=None,
+            )  # fmt: skip
+        for name in _COUNTERS:
+            setattr(outcome, name, totals[name])
+        outcome.route = route
+        outcome.warnings[:] = list(dict.fromkeys(outcome.warnings))  # a window's warning said once
+        if p.group_by == "clip":
+            outcome.clips = page
+            outcome.hits = list({id(c.hit): c.hit for c in page}.values())
+        else:
+            outcome.hits = page
+        finish_page(state, self.evidence)
+
+    def _relevance_updates(self, state: SearchState, on_update):
+        """Progress updates whose hits carry the relevance the final answer shows (so a streamed
+        ``min_score`` filters on the same number): each hit's relevance, non-increasing in rank."""
+        evidence = self.evidence
+
+        def update(hits: list[Hit]) -> None:
+            evidence.relevance(state.q_vec, hits)
+            monotone(hits)
+            on_update(hits)
+
+        return update
+
+    def _say_if_time_ignored(self, state: SearchState) -> None:
+        """A query that asks for a count or an order ("... three times") that no tier answered for this
+        request was searched as a plain description: the answer says so, naming what the words asked."""
+        asked = parse_time_query(state.seen_text) if state.params.image is None else None
+        if asked is None or any(h.tier == TimeTier.name for h in state.hits):
+            return
+        what = f"a count ({asked.count} times)" if asked.kind == "count" else "an order"
+        head = self.time_tier.head.config if self.time_tier is not None else None
+        why = (
+            "this server has no time head"
+            if head is None
+            else f"this server's time head answers {', '.join(head.conditions)}"
+            if not head.supports(asked.condition, len(asked.events))
+            else "the request's mode or heavy did not run the time head"
+        )
+        state.outcome.warnings.append(
+            f"the query asks for {what}, which was ignored ({why}): it was searched as a description "
+            f"of {' then '.join(repr(e) for e in asked.events)}"
+        )
+
+    def _say_if_alone(self, state: SearchState) -> None:
+        """A window of one candidate (a narrow filter, the ranking's end) has nothing to reorder: when
+        a heavy tier scored it anyway, the answer says so."""
+        if len(state.hits) != 1 or state.hits[0].tier in (None, self.frame_tier.name):
+            return
+        state.outcome.warnings.append(
+            f"only one candidate in the shortlist: the {state.hits[0].tier} tier scored it, though there "
+            "was nothing to reorder (a narrower filter or the ranking's end)"
+        )

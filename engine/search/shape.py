@@ -1,5 +1,6 @@
-"""The results of a search, from its ranked hits: clips (group_by clip), relevance, ``min_score``,
-the page's ``top_k``, and each returned result's evidence, moment and timeline (engine.search.evidence).
+"""The results of a search, from its ranked hits: each window's ranking with its relevance
+(:func:`rank_window`: clips with group_by clip, else the hits), then the page's evidence, moments and
+timelines (:func:`finish_page`, engine.search.evidence).
 
 A time-tier hit keeps the moment the time tier gave it (it spans the events asked about); a hit
 whose cue matched at least as well as its frames takes the cue's times as its moment.
@@ -13,23 +14,25 @@ from engine.search.state import SearchState
 from engine.spoken import cue_moment_preferred
 from engine.tiers.timehead import TimeTier
 
-__all__ = ["shape_results"]
+__all__ = ["finish_page", "rank_window"]
 
 
-def shape_results(state: SearchState, evidence: Evidence, *, fusion: str) -> None:
-    """Fill ``state.outcome``'s clips and hits from ``state.hits``."""
-    p, outcome, clock, q_vec = state.params, state.outcome, state.clock, state.q_vec
+def rank_window(state: SearchState, evidence: Evidence, *, fusion: str) -> list:
+    """This window's ranking (its clips with group_by clip, else its hits), each with its relevance."""
+    p, clock, q_vec = state.params, state.clock, state.q_vec
     hits = state.hits
-    if p.group_by == "clip":
-        with clock.stage("moment"):
-            clips = evidence.clips(p, q_vec, [h for h in hits if h.stage1_rank is not None])
-            clips = said.fuse_page_clips(state, clips, evidence, fusion=fusion)
-            outcome.clips = [c for c in clips if p.min_score is None or c.relevance >= p.min_score][: p.top_k]
     with clock.stage("frame"):
         evidence.relevance(q_vec, hits)
-    if p.min_score is not None:  # on the relevance a user can read (engine.relevance), in every mode
-        hits = [h for h in hits if h.relevance is not None and h.relevance >= p.min_score]
-    outcome.hits = hits[: p.top_k]
+    if p.group_by != "clip":
+        return hits
+    with clock.stage("moment"):
+        clips = evidence.clips(p, q_vec, [h for h in hits if h.stage1_rank is not None])
+        return said.fuse_page_clips(state, clips, evidence, fusion=fusion)
+
+
+def finish_page(state: SearchState, evidence: Evidence) -> None:
+    """The evidence, moment and timeline of each result of ``state.outcome`` (its hits and clips)."""
+    p, outcome, clock, q_vec = state.params, state.outcome, state.clock, state.q_vec
     if not p.include_evidence:
         for hit in outcome.hits:
             hit.evidence, hit.moment, hit.moment_source = None, None, None

@@ -52,6 +52,7 @@ class SearchState:
             hits=[],
             warnings=list(params.notes),
             offset=params.offset,
+            skip=params.skip,
             sources=params.sources,
         )
         clock = StageClock(outcome.timings_ms, deadline, cancelled)

@@ -10,6 +10,10 @@ higher when they also say "ferry"). Adjacent pairs of the query's words are adde
 only rank: a cue that says "old lighthouse" ranks above one that says "old" and "lighthouse" apart
 (the sequential-dependence idea of term proximity). At most :data:`MAX_TERMS` words and phrases
 are used.
+
+**Simple plurals.** A plural word matches its singular too (``walruses`` / ``walrus``, ``lights`` /
+``light``, ``ferries`` / ``ferry``), and a phrase its last word's (``"purple walruses"`` matches a cue
+that says "purple walrus"): each is an FTS5 ``OR`` of its forms, one unit still (:func:`_forms`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,32 @@ def _string(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
+def _forms(word: str) -> list[str]:
+    """``word`` and, when it reads as a regular English plural, its singular (``walruses`` -> ``walrus``,
+    ``lights`` -> ``light``, ``ferries`` -> ``ferry``); a word in ``-us`` also in ``-uses``. The index's
+    Porter stemmer joins most other pairs; these are the ones it stems apart (``walrus``/``walruses``)
+    or that a phrase needs spelled out."""
+    forms = [word]
+    if len(word) > 4 and word.endswith("ies"):
+        forms.append(word[:-3] + "y")
+    elif len(word) > 3 and word.endswith("es") and word[:-2].endswith(("s", "x", "z", "ch", "sh")):
+        forms.append(word[:-2])
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        forms.append(word[:-1])
+    if len(word) > 3 and word.endswith("us"):
+        forms.append(word + "es")
+    return forms
+
+
+def _unit(text: str) -> str:
+    """A word or phrase as one FTS5 expression: its last word in each simple number (``_forms``)."""
+    *head, last = text.split(" ")
+    forms = [" ".join((*head, f)) for f in _forms(last)]
+    if len(forms) == 1:
+        return _string(forms[0])
+    return "(" + " OR ".join(_string(f) for f in forms) + ")"
+
+
 @dataclass(frozen=True)
 class SpokenQuery:
     expression: str  # the FTS5 MATCH expression
@@ -58,7 +88,7 @@ def spoken_query(text: str | None) -> SpokenQuery | None:
     phrases, words = phrases[:MAX_TERMS], words[: max(0, MAX_TERMS - len(phrases))]
     if not phrases and not words:
         return None
-    units = tuple(_string(u) for u in (*phrases, *words))
+    units = tuple(_unit(u) for u in (*phrases, *words))
     # adjacent pairs of the query's words, as phrases: they only rank (a cue that says "old
     # lighthouse" above one that says "old" and "lighthouse" apart), they never make a match alone
     kept = set(words)
@@ -70,7 +100,7 @@ def spoken_query(text: str | None) -> SpokenQuery | None:
         )
     )
     ranking = " OR ".join((*units, *(_string(p) for p in pairs[:MAX_TERMS])))
-    required = " AND ".join(_string(p) for p in phrases)
+    required = " AND ".join(_unit(p) for p in phrases)
     if not phrases:
         expression = ranking
     elif not words:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 from pathlib import Path
 
 from core.errors import summarize
@@ -134,8 +135,15 @@ def run(args: argparse.Namespace) -> int:
     if args.port:
         overrides["port"] = args.port
     settings = Settings(**overrides)
+    from service.auth import unprotected_problem
+
+    problem = unprotected_problem(settings)  # as `qaslr serve`: no keyless server beyond loopback
+    if problem:
+        logger.error("%s", problem)
+        return 2
     url = f"http://{settings.host}:{settings.port}"
-    lines = [f"\nserving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
+    print(f"\nstarting the server for {index} on {url} (loading the model) ...", flush=True)
+    lines = [f"ready: serving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
     suggested = (
         corpus.queries("single")[:SUGGESTIONS] + corpus.queries("order")[:1] + corpus.queries("count")[:1]
     )
@@ -148,6 +156,34 @@ def run(args: argparse.Namespace) -> int:
         lines.append(
             "SHAPES-WORLD BACKBONE: real rankings inside the shapes world only; use real weights for real video."
         )
-    print("\n".join(lines) + "\n", flush=True)
+    # the ready line and the queries only once the server answers (/readyz), not while it loads
+    threading.Thread(target=announce_when_ready, args=(url, "\n".join(lines) + "\n"), daemon=True).start()
     serve(settings)
     return 0
+
+
+def announce_when_ready(url: str, text: str, *, timeout_s: float = 3600.0, poll_s: float = 0.5) -> bool:
+    """Print ``text`` once ``url``/readyz answers 200 (True); False, printing nothing, when the server
+    reports a failed start or ``timeout_s`` passes."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=5) as r:
+                if r.status == 200:
+                    print(text, flush=True)
+                    return True
+        except urllib.error.HTTPError as exc:  # 503 while loading; a failed start says so
+            try:
+                if json.loads(exc.read() or b"{}").get("status") == "failed":
+                    return False
+            except ValueError:
+                pass
+        except (OSError, ValueError):  # not listening yet
+            pass
+        time.sleep(poll_s)
+    return False

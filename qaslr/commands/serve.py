@@ -28,12 +28,17 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from service.app import redact_logs, serve
+    from service.auth import unprotected_problem
 
     try:
         settings = settings_from_args(args)
     except ValidationError as exc:
         for err in exc.errors():
             print(f"qaslr serve: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
+        return 2
+    problem = unprotected_problem(settings)  # before anything loads: refused in a second
+    if problem:
+        print(f"qaslr serve: {problem}")
         return 2
     if settings.index is None:
         print(

@@ -7,28 +7,36 @@ import logging
 
 from fastapi import APIRouter, Depends
 
-from service.auth import require_api_key
+from service.auth import require_admin_key
 from service.errors import ApiError
 from service.schemas import ErrorResponse
 from service.state import AppState, get_state
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/admin", tags=["operations"], dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/admin", tags=["operations"], dependencies=[Depends(require_admin_key)])
 
 
 @router.post(
     "/reload-index",
     summary="Hot-swap to the index now at the configured path",
     description="Re-opens the configured index path (follow a symlink you switched with `indexer publish`), "
-    "checks its manifest against the loaded model and head, and swaps it in. Searches already running finish "
+    "checks its manifest against the loaded model and head, and swaps it in. It takes an admin key "
+    "(QASLR_ADMIN_KEYS; without one configured, only a server bound to loopback answers it). Searches already running finish "
     "on the old index; an unusable new index is refused with 409 and the old one keeps serving. SIGHUP does "
     "the same.",
     responses={
         200: {
             "content": {"application/json": {"example": {"index": "v2", "built_at": "...", "videos": 1200}}}
         },
-        401: {"model": ErrorResponse},
+        401: {
+            "model": ErrorResponse,
+            "description": "missing or invalid admin key (an API key does not open it)",
+        },
+        403: {
+            "model": ErrorResponse,
+            "description": "no admin key is configured and the server is bound beyond loopback",
+        },
         409: {"model": ErrorResponse, "description": "the new index does not match the model, or is broken"},
         503: {"model": ErrorResponse},
     },

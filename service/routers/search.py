@@ -40,7 +40,11 @@ _RESPONSES = {
         f"than {images.MAX_IMAGE_BYTES // (1024 * 1024)} MiB or {images.MAX_IMAGE_PIXELS} pixels",
     },
     409: {"model": ErrorResponse, "description": "`page_token` belongs to another request or index"},
-    415: {"model": ErrorResponse, "description": "`image` is not a picture in a supported format"},
+    415: {
+        "model": ErrorResponse,
+        "description": "`image` is not a picture in a supported format, or the body was not sent with "
+        "`Content-Type: application/json` (e.g. a form, as `curl -d` sends without `-H`)",
+    },
     422: {"model": ErrorResponse, "description": "invalid request, or a body that is not UTF-8 JSON"},
     429: {"model": ErrorResponse, "description": "the search queue is full"},
     503: {
@@ -52,8 +56,9 @@ _RESPONSES = {
 
 
 class _Prepared:
-    def __init__(self, engine, params, digest: str):
+    def __init__(self, engine, params, digest: str, start: int = 1):
         self.engine, self.params, self.digest = engine, params, digest
+        self.start = start  # the rank of the page's first result
 
 
 async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | None = None) -> _Prepared:
@@ -73,14 +78,15 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
         filter=body.filter,
         mode=body.mode,
         shortlist=body.shortlist,
-        top_k=body.top_k,
+        min_score=body.min_score,
+        group_by=body.group_by,
         index=engine.info.get("index_built_at"),
         sources=body.sources,
     )
-    offset = 0
+    offset, skip, start = 0, 0, 1
     if body.page_token is not None:
         try:
-            offset = decode_page_token(body.page_token, digest)
+            offset, skip, start = decode_page_token(body.page_token, digest)
         except InvalidPageToken as exc:
             raise ApiError(422, "validation_error", f"page_token: {exc}", field="page_token") from None
         except StalePageToken as exc:
@@ -93,6 +99,7 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
         },
         "image": image,
         "offset": offset,
+        "skip": skip,
         "update_chunk": update_chunk,
     }
     try:
@@ -101,7 +108,7 @@ async def _prepare(body: SearchRequest, state: AppState, *, update_chunk: int | 
         params = engine.resolve(request, clamp_heavy=True)
     except Exception as exc:
         raise _refusal(exc, state) or exc from None
-    return _Prepared(engine, params, digest)
+    return _Prepared(engine, params, digest, start)
 
 
 def _refusal(exc: BaseException, state: AppState) -> ApiError | None:
@@ -132,7 +139,8 @@ async def _watch_disconnect(request: Request, gone: threading.Event, poll_s: flo
     summary="Two-stage video search by text, image, or both",
     description="Stage 1 ranks the index by q·v_j (FAISS); in `rerank` mode stage 2 re-scores the top "
     "`shortlist` candidates with query-aware frame selection and query-conditioned encoding (QASLR §A.4). "
-    "`page_token` pages through the stage-1 ranking, `shortlist` candidates at a time. `sources` chooses what is "
+    "`page_token` continues the ranking where the last page ended (page 2 starts at rank `top_k` + 1; the "
+    "ranking is stage 2's order of each window of `shortlist` stage-1 candidates in turn, the same whatever `top_k`). `sources` chooses what is "
     "ranked: what is seen (the frames), what is said (the videos' subtitles: each result then carries its cue as "
     "`spoken`, with a snippet and its times), or both fused (the default; quoted phrases are then what is said).",
     responses=_RESPONSES,
@@ -156,7 +164,11 @@ async def search(
         watcher.cancel()
     state.metrics.observe_search(result)
     response = to_response(
-        result, request.state.request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
+        result,
+        request.state.request_id,
+        cache_backend=prep.engine.cache.backend,
+        digest=prep.digest,
+        start=prep.start,
     )
     response.warnings += answer_warnings(prep.engine)  # the shapes-world backbone says so
     return response
@@ -166,7 +178,7 @@ async def search(
     "/search/stream",
     summary="The same search, streamed as it settles (NDJSON)",
     description='One JSON object per line (`application/x-ndjson`): `{"type": "stage1", "results"}` '
-    'as soon as FAISS answers; `{"type": "update", "results", "reranked", "tiers"}` when the frame tier has '
+    'as soon as FAISS answers; `{"type": "update", "results", "reranked", "tiers", "page_start"}` when the frame tier has '
     f"ranked the shortlist and each time the heavy tier has re-scored {STREAM_UPDATE_CHUNK} more candidates "
     "(results by video, best first, without timelines; `tiers` counts the results each tier has scored); "
     'then `{"type": "final", "response"}` with exactly what `POST /search` answers, or '
@@ -190,13 +202,19 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
     def on_update(hits) -> None:  # on the search thread
         kind = "stage1" if updates["n"] == 0 else "update"
         updates["n"] += 1
-        shown = [h for h in hits if p.min_score is None or h.score >= p.min_score][: p.top_k]
+        # the page's part of this window, filtered on the relevance the final answer filters on (the
+        # engine gives each hit its relevance, non-increasing in rank, before each update)
+        shown = [
+            h for h in hits[p.skip : p.skip + p.top_k]
+            if p.min_score is None or (h.relevance is not None and h.relevance >= p.min_score)
+        ]  # fmt: skip
         message = {
             "type": kind,
             "results": [to_result(h).model_dump(mode="json") for h in shown],
             "reranked": sum(1 for h in hits if h.reranked),
             "tiers": dict(Counter(h.tier for h in hits if h.tier is not None)),
             "candidates": len(hits),
+            "page_start": prep.start,  # the rank of the first result (pages continue the ranking)
             "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3),
         }
         loop.call_soon_threadsafe(lines.put_nowait, message)
@@ -247,7 +265,11 @@ async def search_stream(body: SearchRequest, request: Request, state: AppState =
                 result = task.result()
                 state.metrics.observe_search(result)
                 response = to_response(
-                    result, request_id, cache_backend=prep.engine.cache.backend, digest=prep.digest
+                    result,
+                    request_id,
+                    cache_backend=prep.engine.cache.backend,
+                    digest=prep.digest,
+                    start=prep.start,
                 )
                 response.warnings += answer_warnings(prep.engine)  # the shapes-world backbone says so
                 yield json.dumps({"type": "final", "response": response.model_dump(mode="json")}) + "\n"

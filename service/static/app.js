@@ -207,18 +207,18 @@ function setProgress(text) {
 function onMessage(message, request, t0) {
   const ms = (performance.now() - t0).toFixed(0);
   if (message.type === "stage1") {
-    render(message.results, "video");
+    render(message.results, "video", false, message.page_start);
     const stage2 = request.mode === "indexed" ? "" : " · stage 2 reranking…";
     setProgress(`stage 1: ${message.results.length} results in ${ms} ms${stage2}`);
   } else if (message.type === "update") {
-    render(message.results, "video");
+    render(message.results, "video", false, message.page_start);
     const tiers = message.tiers || {};
     const parts = Object.entries(tiers).map(([t, n]) => `${TIER_LABELS[t] || t}: ${n}`);
     setProgress(`stage 2: ${parts.join(", ") || `${message.reranked} reranked`} of ${message.candidates} candidates (${ms} ms)`);
   } else if (message.type === "final") {
     const response = message.response;
     if (response.group_by === "clip") clearResults();
-    render(response.results, response.group_by, true);
+    render(response.results, response.group_by, true, response.page_start);
     showTimings(response.timings_ms, ms);
     showWarnings(response.warnings);
     const n = response.results.length;
@@ -287,7 +287,8 @@ function sharedScale(results) {
   return Number.isFinite(lo) ? { lo, hi } : null;
 }
 
-function render(results, groupBy, final = false) {
+// ranks continue from page to page: the first card of a page is the answer's page_start
+function render(results, groupBy, final = false, start = 1) {
   const list = $("results");
   const keep = new Set();
   const scale = sharedScale(results);
@@ -301,7 +302,7 @@ function render(results, groupBy, final = false) {
       state.cards.set(key, card);
       setupCard(card);
     }
-    fillCard(card, result, i + 1, groupBy, final, scale);
+    fillCard(card, result, (start || 1) + i, groupBy, final, scale);
     list.append(card); // in rank order (moves an existing card)
   });
   for (const [key, card] of state.cards) {
@@ -376,7 +377,14 @@ function fillCard(card, result, rank, groupBy, final, scale) {
   const meta = result.metadata || {};
   card.querySelector(".title").textContent = meta.title || result.video_id;
   card.querySelector(".title").title = result.video_id;
-  card.querySelector(".score").textContent = `score ${result.score.toFixed(3)}`;
+  // score means one thing per tier (its label says which); relevance is the cross-tier number
+  const scoreEl = card.querySelector(".score");
+  scoreEl.textContent = result.source === "said"
+    ? `BM25 ${result.score.toPrecision(3)}`
+    : result.seen_score != null
+      ? `fused score ${result.score.toFixed(3)}`
+      : `${result.tier ? TIER_LABELS[result.tier] || result.tier : "stage 1"} score ${result.score.toFixed(3)}`;
+  scoreEl.title = "the ranking score of the tier that ranked it: compare results by relevance";
   const rel = card.querySelector(".relevance");
   if (rel) {
     const weak = result.relevance != null && result.relevance < MIN_RELEVANCE;

@@ -31,12 +31,22 @@ def test_the_engine_searches_an_index_on_its_own(world_engine, world_corpus):
 def test_the_frame_tier_ranks_the_event_video_first_without_a_backbone_call(
     world_engine, world_corpus, monkeypatch
 ):
-    tier = world_engine.searcher.reranker
+    # count the backbone's video calls, what any tier that re-encodes reaches (issue 40: the test
+    # patched a method no tier calls, so it could not fail); query text embeddings are not counted
+    backbone = world_engine.searcher.reranker.encoder.backbone
+    calls = []
+    for name in ("embed_videos", "encode_clips", "embed_images"):
+        real = getattr(backbone, name)
 
-    def no_backbone(*args, **kwargs):
-        raise AssertionError("the frame tier called the backbone")
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(tier.encoder, "encode", no_backbone)
+        monkeypatch.setattr(backbone, name, counted)
+    query, _ = world_corpus.queries("single")[0]
+    world_engine.searcher.search({"query": query, "mode": "rerank", "heavy": 2, "top_k": 6})
+    assert calls, "the heavy tier's video calls are not the ones counted here"
+    calls.clear()
     queries = world_corpus.queries("single")
     right = 0
     for query, video_id in queries:
@@ -47,6 +57,7 @@ def test_the_frame_tier_ranks_the_event_video_first_without_a_backbone_call(
         assert outcome.timings_ms["frame"] > 0 and outcome.timings_ms["encode"] == 0
         right += outcome.hits[0].video_id == video_id
     assert right >= len(queries) - 1
+    assert calls == [], f"the frame tier called the backbone: {calls}"
 
 
 def test_the_cascade_reencodes_only_the_frame_tiers_top_heavy(world_engine, world_corpus):
@@ -102,8 +113,23 @@ def test_clips_come_from_the_same_frame_scores_and_each_has_a_timeline(world_eng
     assert [c.score for c in clips] == sorted((c.score for c in clips), reverse=True)
 
 
-def test_warm_up_runs_every_stage_once(world_engine):
+def test_warm_up_runs_every_stage_once(world_engine, monkeypatch):
+    # issue 40: asserting only > 0 s could not fail; the warm-up's one search must pass every stage
+    searcher = world_engine.searcher
+    outcomes = []
+    real = searcher.search
+
+    def recorded(*args, **kwargs):
+        outcomes.append(real(*args, **kwargs))
+        return outcomes[-1]
+
+    monkeypatch.setattr(searcher, "search", recorded)
     assert world_engine.warm_up() > 0
+    (outcome,) = outcomes  # once
+    for stage in ("query_embed", "faiss", "frame", "encode"):
+        assert outcome.timings_ms[stage] > 0, (stage, outcome.timings_ms)
+    (hit,) = outcome.hits
+    assert hit.reranked and hit.tier == searcher.reranker.name  # the heavy tier scored it
 
 
 def test_a_filter_on_a_key_no_video_has_warns_and_names_the_known_keys(world_engine):
@@ -117,3 +143,15 @@ def test_a_filter_on_a_key_no_video_has_warns_and_names_the_known_keys(world_eng
         {"query": "a red square", "mode": "indexed", "filter": {"kind": "single"}}
     )
     assert known.hits and not [w for w in known.warnings if w.startswith("filter:")]
+
+
+def test_a_count_or_order_no_tier_answers_is_said_not_silently_dropped(world_engine):
+    # issue 40: "three times" in a query was silently searched as a description
+    searcher = world_engine.searcher
+    unsupported = searcher.search({"query": "a red square appears four times", "top_k": 3})
+    (warning,) = [w for w in unsupported.warnings if "was ignored" in w]
+    assert "a count (4 times)" in warning and "'a red square appears'" in warning
+    frames = searcher.search({"query": "a red square appears twice", "mode": "frames", "top_k": 3})
+    assert any("a count (2 times)" in w and "mode or heavy" in w for w in frames.warnings)
+    plain = searcher.search({"query": "a red square appears", "top_k": 3})
+    assert not any("was ignored" in w for w in plain.warnings)

@@ -431,3 +431,17 @@ def test_the_page_searches_what_is_said_and_shows_the_snippet_and_its_time(drive
         ]
         assert labels[0] == "seen + said" and labels[1:] == ["seen"]
         assert _console_errors(driver) == []
+
+
+def test_the_page_numbers_cards_from_the_answers_page_start(server):
+    # issue 40: "Next page" numbered its cards from 1 again; the stream says where a page starts
+    js = server.get("/static/app.js").text
+    assert "fillCard(card, result, (start || 1) + i" in js and "response.page_start" in js
+    first = server.post("/search/stream", json={"query": QUERY, "top_k": 2, "mode": "indexed"})
+    lines = [json.loads(x) for x in first.text.splitlines() if x]
+    token = lines[-1]["response"]["next_page_token"]
+    second = server.post(
+        "/search/stream", json={"query": QUERY, "top_k": 2, "mode": "indexed", "page_token": token}
+    )
+    lines = [json.loads(x) for x in second.text.splitlines() if x]
+    assert lines[0]["page_start"] == 3 and lines[-1]["response"]["page_start"] == 3

@@ -75,35 +75,69 @@ def test_group_by_clip_returns_moments_several_per_video(server):
     _error(server.post("/search", json={"query": QUERY, "group_by": "scene"}), 422, "group_by")
 
 
-def test_page_tokens_walk_the_stage1_ranking(server):
-    request = {"query": QUERY, "mode": "indexed", "top_k": 3, "shortlist": 3}
-    everything = server.post("/search", json={**request, "top_k": 8, "shortlist": 8}).json()["results"]
-    seen, token, pages = [], None, 0
+def _walk(server, request):
+    """Every page of ``request``: (pages, [(video_id, stage1_rank, relevance)], page_starts)."""
+    seen, token, pages, starts = [], None, 0, []
     while True:
         body = server.post("/search", json={**request, **({"page_token": token} if token else {})}).json()
+        starts.append(body["page_start"])
         assert body["page_start"] == len(seen) + 1
-        seen += [(r["video_id"], r["stage1_rank"]) for r in body["results"]]
+        seen += [(r["video_id"], r["stage1_rank"], r["relevance"]) for r in body["results"]]
         pages += 1
         token = body["next_page_token"]
         if token is None:
-            break
-    assert pages == 3 and len(seen) == NUM_VIDEOS
-    assert seen == [(r["video_id"], r["stage1_rank"]) for r in everything]
-    # rerank mode pages the same windows
-    first = server.post("/search", json={"query": QUERY, "top_k": 3, "shortlist": 3}).json()
+            return pages, seen, starts
+        assert pages < 20
+
+
+@pytest.mark.parametrize("mode", ["indexed", "rerank"])
+def test_pages_continue_where_the_last_ended(server, mode):
+    # issue 40: top_k 3 showed ranks 1-3, and its token went on at rank 11; the pages together are
+    # now the one ranking a single long page shows, whatever the page size
+    request = {"query": QUERY, "mode": mode, "top_k": 3, "shortlist": 5}
+    everything = server.post("/search", json={**request, "top_k": 8}).json()["results"]
+    assert len(everything) == NUM_VIDEOS
+    pages, seen, starts = _walk(server, request)
+    assert starts == [1, 4, 7] and pages == 3
+    assert [s[:2] for s in seen] == [(r["video_id"], r["stage1_rank"]) for r in everything]
+    # the page size may change between pages: the ranking does not
+    first = server.post("/search", json={**request, "top_k": 2}).json()
     second = server.post(
-        "/search", json={"query": QUERY, "top_k": 3, "shortlist": 3, "page_token": first["next_page_token"]}
+        "/search", json={**request, "top_k": 4, "page_token": first["next_page_token"]}
     ).json()
-    assert sorted(r["stage1_rank"] for r in second["results"]) == [4, 5, 6]
-    # a token only fits the request it came from
+    assert second["page_start"] == 3
+    assert [r["video_id"] for r in first["results"] + second["results"]] == [
+        r["video_id"] for r in everything[:6]
+    ]
+
+
+def test_the_ranking_does_not_depend_on_top_k(server):
+    # issue 40: the shortlist was max(10, top_k), so rank 3 differed between top_k 6 and 15
+    short = server.post("/search", json={"query": QUERY, "top_k": 2, "shortlist": 4}).json()
+    long = server.post("/search", json={"query": QUERY, "top_k": 8, "shortlist": 4}).json()
+    assert short["shortlist"] == long["shortlist"] == 4
+    assert [r["video_id"] for r in short["results"]] == [r["video_id"] for r in long["results"][:2]]
+    assert len(long["results"]) == NUM_VIDEOS  # a page larger than R runs on into the next window
+
+
+def test_page_tokens_belong_to_their_request(server):
+    request = {"query": QUERY, "mode": "indexed", "top_k": 3, "shortlist": 3}
+    first = server.post("/search", json=request).json()
     r = server.post(
         "/search", json={**request, "query": "another query", "page_token": first["next_page_token"]}
     )
     assert "another query" in _error(r, 409, "page_token")["message"]
-    assert first["next_page_token"].startswith("p3.")
-    stale = "p3." + "0" * 16
+    assert first["next_page_token"].startswith("p3_0_4.")
+    stale = "p3_0_4." + "0" * 16
     _error(server.post("/search", json={**request, "page_token": stale}), 409, "page_token")
-    for bad in ("garbage", "p-1.0000000000000000", "p10000.0000000000000000", "", 5):
+    for bad in (
+        "garbage",
+        "p-1_0_1.0000000000000000",
+        "p10000_0_1.0000000000000000",
+        "p3.0000000000000000",
+        "",
+        5,
+    ):
         _error(server.post("/search", json={**request, "page_token": bad}), 422, "page_token")
 
 
@@ -235,3 +269,58 @@ def test_the_stream_shapes_its_answer_like_search(server):
     cut = server.post("/search/stream", json={**payload, "group_by": "video", "min_score": 1.0})
     lines = [json.loads(x) for x in cut.text.splitlines() if x]
     assert lines[0]["results"] == [] and lines[-1]["response"]["results"] == []
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"mode": "rerank", "heavy": 8}, {"mode": "indexed"}, {"mode": "frames", "group_by": "clip"}],
+)
+def test_relevance_never_rises_along_an_answer(server, extra):
+    # issue 40: a result must not read as more relevant than the one ranked above it
+    body = server.post("/search", json={"query": QUERY, "top_k": 8, "shortlist": 8, **extra}).json()
+    relevance = [r["relevance"] for r in body["results"]]
+    assert relevance and None not in relevance
+    assert relevance == sorted(relevance, reverse=True)
+
+
+def test_the_stream_filters_min_score_on_relevance_like_the_answer(server):
+    # issue 40: updates filtered on the tier's score, the answer on relevance; both use relevance now
+    payload = {"query": QUERY, "top_k": 8, "shortlist": 8, "heavy": 8}
+    every = server.post("/search", json=payload).json()["results"]
+    cut = every[len(every) // 2]["relevance"]
+    messages = _stream(server, {**payload, "min_score": cut})
+    final = messages[-1]["response"]["results"]
+    assert [r["video_id"] for r in final] == [r["video_id"] for r in every if r["relevance"] >= cut]
+    for message in messages[:-1]:
+        assert message["results"], message["type"]
+        relevance = [r["relevance"] for r in message["results"]]
+        assert None not in relevance and min(relevance) >= cut, message["type"]
+        assert relevance == sorted(relevance, reverse=True)
+
+
+def test_a_filter_that_leaves_one_candidate_says_the_heavy_tier_scored_it_alone(server):
+    # issue 40: a single candidate went through the heavy tier silently
+    body = server.post("/search", json={"query": QUERY, "filter": {"rank": 3}, "heavy": 1}).json()
+    assert [r["video_id"] for r in body["results"]] == ["vid3"]
+    assert body["results"][0]["tier"] != "frame"
+    assert any("only one candidate" in w for w in body["warnings"]), body["warnings"]
+    frames = server.post("/search", json={"query": QUERY, "filter": {"rank": 3}, "mode": "frames"}).json()
+    assert not any("only one candidate" in w for w in frames["warnings"])
+
+
+@pytest.mark.parametrize("route", ["/search", "/search/stream"])
+def test_a_form_body_is_told_to_send_json(server, route):
+    # issue 40: `curl -d 'query=...'` (a form) got a 422 about fields of a body never read
+    r = server.post(
+        route, content=b"query=red+block", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    err = _error(r, 415, "body")
+    assert "Content-Type: application/json" in err["message"] and "x-www-form-urlencoded" in err["message"]
+    r = server.post(route, content=b'{"query": "red block"}', headers={"Content-Type": "text/plain"})
+    assert "Content-Type: application/json" in _error(r, 415, "body")["message"]
+    ok = server.post(
+        route, content=b'{"query": "x", "mode": "indexed"}', headers={"Content-Type": "application/json"}
+    )
+    assert ok.status_code == 200
+    described = server.get("/openapi.json").json()["paths"][route]["post"]["responses"]["415"]["description"]
+    assert "Content-Type: application/json" in described

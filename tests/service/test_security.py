@@ -209,3 +209,58 @@ def test_no_path_or_key_in_responses_or_logs(qaslr_index, tiny_checkpoint, tiny_
             )
     for secret in secrets:  # ...without a path or a key
         assert secret not in text, f"{secret!r} leaked into the log: " + text[text.find(secret) - 200 :][:400]
+
+
+# -- protected by default (issue 40) ----------------------------------------------------------------
+def test_a_server_beyond_loopback_without_keys_refuses_to_start(qaslr_index, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QASLR_") and k != "REDIS_URL"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # this checkout's code
+    qaslr = str(Path(sys.executable).parent / "qaslr")
+    cmd = [qaslr, "serve", "--index", str(qaslr_index), "--host", "0.0.0.0", "--port", str(free_port())]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "refusing to serve on 0.0.0.0 without API keys" in done.stdout
+    assert "--allow-unprotected" in done.stdout
+
+
+def test_protected_mode_lets_through_loopback_keys_or_an_explicit_choice():
+    from service.auth import is_loopback, unprotected_problem
+    from service.settings import Settings
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.4", "example.org"))
+    assert unprotected_problem(Settings(index=None, host="0.0.0.0")) is not None
+    assert unprotected_problem(Settings(index=None, host="0.0.0.0", api_keys="k")) is None
+    assert unprotected_problem(Settings(index=None, host="0.0.0.0", allow_unprotected=True)) is None
+    assert unprotected_problem(Settings(index=None)) is None  # 127.0.0.1 by default
+
+
+def test_admin_routes_take_an_admin_key_of_their_own(make_settings):
+    from service.app import create_app
+    from tests.service.conftest import live_server
+
+    with live_server(create_app(make_settings(api_keys=["user-key"], admin_keys=["admin-key"]))) as client:
+        user = {"X-API-Key": "user-key"}
+        assert (
+            client.post("/search", json={"query": QUERY, "mode": "indexed"}, headers=user).status_code == 200
+        )
+        refused = client.post("/admin/reload-index", headers=user)
+        assert refused.status_code == 401 and "admin key" in refused.json()["error"]["message"]
+        assert client.post("/admin/reload-index").status_code == 401
+        assert client.post("/admin/reload-index", headers={"X-API-Key": "admin-key"}).status_code == 200
+        responses = client.get("/openapi.json").json()["paths"]["/admin/reload-index"]["post"]["responses"]
+        assert {"401", "403"} <= set(responses)
+
+
+def test_without_an_admin_key_admin_routes_answer_only_on_loopback(make_settings):
+    from service.app import create_app
+    from tests.service.conftest import live_server
+
+    # the settings say the server is bound beyond loopback (the test server itself listens on loopback)
+    settings = make_settings(host="0.0.0.0", api_keys=["user-key"])
+    with live_server(create_app(settings)) as client:
+        r = client.post("/admin/reload-index", headers={"X-API-Key": "user-key"})
+        assert r.status_code == 403 and "QASLR_ADMIN_KEYS" in r.json()["error"]["message"]
+    with live_server(create_app(make_settings(api_keys=["user-key"]))) as client:  # loopback: the API key
+        assert client.post("/admin/reload-index").status_code == 401
+        assert client.post("/admin/reload-index", headers={"X-API-Key": "user-key"}).status_code == 200

@@ -186,3 +186,19 @@ def test_a_heavy_count_above_the_shortlist_reencodes_the_shortlist_and_says_so(c
     assert [r["tier"] for r in body["results"]] == ["oneshot"] * 3
     r = client.post("/search", json={"query": "harbour", "heavy": -1})
     assert r.status_code == 422 and r.json()["error"]["field"] == "heavy"
+
+
+def test_score_means_one_thing_per_tier_and_relevance_reads_across(client):
+    # issue 40: a said-only result showed score 0.000 beside relevance 1.0, with nothing saying why
+    body = _search(client, query="harbour", sources="said")
+    assert body["results"]
+    for r in body["results"]:
+        assert r["source"] == "said" and r["score"] == pytest.approx(r["spoken"]["score"])  # the cue's BM25
+    relevance = [r["relevance"] for r in body["results"]]
+    assert relevance == sorted(relevance, reverse=True)
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["SearchResult"]["properties"]
+    assert "one thing per tier" in schema["score"]["description"] and "BM25" in schema["score"]["description"]
+    assert "only cross-tier number" in schema["score"]["description"]
+    assert "never rises" in schema["relevance"]["description"]
+    js = client.get("/static/app.js").text
+    assert "BM25 ${result.score.toPrecision(3)}" in js  # the page labels a said score as what it is

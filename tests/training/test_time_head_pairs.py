@@ -56,6 +56,18 @@ def test_a_head_trains_on_the_users_labelled_queries_and_measures_the_held_out_s
     assert set(head.config.conditions) <= {"order", "count:1", "count:2"}
     assert head.config.backbone  # the fingerprint serving checks
     assert "rule, no learning" in trained["held_out"]
+    # issue 40: the counts above are bookkeeping; the held-out numbers must be the saved head's own,
+    # measured again here on the same held-out queries (a head that was not the one measured fails)
+    from pathlib import Path
+
+    from training.time_head import evaluate, hold_out
+    from training.time_head import load_pairs as load_user_pairs
+
+    split = load_user_pairs(Path(index), Path(pairs), tiny_world_checkpoint.resolve(), candidates=6, seed=0)
+    _, val = hold_out(split, 0.25, seed=0)
+    again = evaluate(head, val, ("full",))["full"]
+    for key in ("pair", "order", "count", "hit@1"):
+        assert again[key] == pytest.approx(trained["held_out"]["full"][key], nan_ok=True), key
 
 
 @pytest.mark.parametrize(
