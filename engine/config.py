@@ -159,10 +159,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("heavy_margin", float, DEFAULT_HEAVY_MARGIN, "... only when the frame tier's first two scores lie "
             "within this (its answer is close to call); 0 = never unless a request asks (single-event "
             "queries stop at the frame tier); 2 = always.", SEARCH, bounds={"ge": 0, "le": 2}),
-    Setting("tie_margin", float, DEFAULT_TIE_MARGIN, "The frame tier cannot tell its first candidates apart "
-            "when they lie within this of its best score; only then does a query about time go past it: to a "
-            "streaming head that reads moments when its router calls the query about time (motion, order, "
-            "count), else to the time head when its parser reads an order or a count.", SEARCH,
+    Setting("tie_margin", float, DEFAULT_TIE_MARGIN, "A query the rerank head's router calls about time "
+            "(motion, order, count) goes to a streaming head that reads moments when the frame tier's first "
+            "candidates lie within this of its best score (it cannot tell them apart).", SEARCH,
             bounds={"ge": 0, "le": 2}),
     Setting("head_candidates", int, DEFAULT_HEAD_CANDIDATES, "... at most this many of them (what the head was "
             "trained to rerank).", SEARCH, bounds={"ge": 2, "le": MAX_SHORTLIST}),

@@ -144,7 +144,18 @@ class Searcher:
             tie_margin=config.tie_margin,
             head_candidates=config.head_candidates,
             keep_margin=config.keep_margin,
+            shown=self._shows_every_event,
         )
+
+    def _shows_every_event(self, hit) -> bool:
+        """A time-tier hit shows every event its plan read: its weakest event's relevance (engine.relevance,
+        against the collection's null) reaches MIN_RELEVANCE, the threshold that separates a match from
+        nothing like it (docs/results.md)."""
+        from core.config import MIN_RELEVANCE
+        from engine.tiers.timehead import weakest_event_relevance
+
+        weakest = weakest_event_relevance(hit, self.evidence.null)
+        return weakest is not None and weakest >= MIN_RELEVANCE
 
     # -- what the tiers are ----------------------------------------------------------------------------
     @property

@@ -21,8 +21,7 @@ def _signals(**changes) -> Signals:
         (_signals(mode="frames"), (None, 0)),  # the frame tier's order stands
         (_signals(budget=0), (None, 0)),  # heavy 0: the frame tier alone
         (_signals(budget=0, time_plan="order"), (None, 0)),  # no budget: not the time tier either
-        (_signals(time_plan="order", lead=0.0, ties=2), (TIME, R)),  # a tie the time head answers: all of R
-        (_signals(time_plan="order", lead=0.5), (None, 0)),  # a clear frame-tier winner: the parse does not route
+        (_signals(time_plan="order", lead=0.5), (TIME, R)),  # the time head answers it: all of R
         (_signals(lead=0.5), (None, 0)),  # the frame tier's lead settles it
         (_signals(lead=0.05), (None, 0)),  # a lead that reaches the margin settles it
         (_signals(lead=0.01), (HEAVY, 3)),  # too close to call: the heavy tier on the top 3

