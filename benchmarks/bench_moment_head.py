@@ -41,7 +41,7 @@ RECIPES = {  # name -> (lambda_step, lambda_distill); None: the recipe's own (Eq
     "+ both (shipped recipe)": ("recipe", "recipe"),
 }
 FULL = "+ both (shipped recipe)"
-KINDS = ("motion", "order", "count")
+KINDS = ("change", "order", "count")  # world.meaning kinds: "change" is motion and change
 READOUTS = ("after 25 %", "after 50 %", "after 75 %", "head")
 CONTROLS = ("head", "shuffled", "reversed", "reset memory", "last clip only")
 
