@@ -461,6 +461,9 @@ class BatchEncoder:
         t = time.perf_counter()
         banks = self._guarded([d for d in ok if d.error is None], self._embed_banks)
         edges = {id(d): self._edges(d, banks[id(d)]) for d in ok if id(d) in banks}
+        edge_frames = sum(len(e.frame_indices) for e in edges.values() if e is not None)
+        stats.frames_decoded += edge_frames  # decoded and embedded here, beside the bank
+        stats.frames_encoded += edge_frames
         stats.seconds["bank"] += time.perf_counter() - t
         entries = []
         for d in decoded:
