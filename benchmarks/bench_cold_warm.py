@@ -179,7 +179,9 @@ def main(argv=None) -> int:
             f"{r['build'].get('video_min_per_s', float('nan')):.2f} |"
         )
     if args.json:
-        out = {"args": vars(args), "results": results, "environment": environment()}
+        # no machine paths in the record: the workdir, the output and a local model stay out
+        kept = {k: v for k, v in vars(args).items() if k not in ("workdir", "json", "model")}
+        out = {"args": kept, "results": results, "environment": environment()}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
