@@ -151,7 +151,9 @@ def bank_holds(video, bank) -> float:
     return float(bool(np.any((bank.timestamps >= start) & (bank.timestamps <= end))))
 
 
-def build(manifest: Path, index: Path, model: Path, head: Path | None, bank: int | None = None) -> dict:
+def build(
+    manifest: Path, index: Path, model: Path, head: Path | None, bank: int | None = None, **options
+) -> dict:
     """Build (or resume) ``index`` and return what the build cost and what the index takes: video
     minutes indexed per second of wall time (recorded beside the index when it was built, so a
     cached index still reports its own build), bank frames per video, and bytes per hour of video."""
@@ -159,7 +161,7 @@ def build(manifest: Path, index: Path, model: Path, head: Path | None, bank: int
     from indexer.store import IndexMismatchError
 
     embedder = None if head else "oneshot"
-    extra = {"bank_frames": bank} if bank else {}
+    extra = {"bank_frames": bank, **options} if bank else options  # options: more BuildOptions fields
     options = BuildOptions(model=str(model), head_dir=str(head) if head else None, embedder=embedder, **extra)
     try:
         report = build_index(manifest, index, options)

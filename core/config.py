@@ -83,6 +83,12 @@ INDEX_IMAGE_BATCH = 32  # frame-bank frames per backbone image call
 # (farm-bench, paired runs); two chunks at 448 px hold about 0.6 GB.
 INDEX_BANK_CHUNK = 512
 INDEX_DECODE_WORKERS = 2  # decode threads running ahead of the model
+# Edge frames (indexer.edges): per video, the source frames inside the EDGE_GAPS gaps of its frame
+# bank with the largest change between consecutive bank frames (at most EDGE_FRAMES_PER_GAP each, the
+# frames engine.refine scores inside an edge's gap) are embedded at build time and stored, so the
+# top result's moment is refined without a decode or a backbone call when its edges lie in them.
+EDGE_GAPS = 8
+EDGE_FRAMES_PER_GAP = 8
 
 
 def candidate_policy(per_second: float = BANK_PER_SECOND, max_frames: int = BANK_MAX_FRAMES) -> dict:

@@ -97,9 +97,15 @@ def relevance_timeline(
     if len(t) == 0:
         return Timeline("relevance", [])
     ends = np.append(t[1:], max(t[-1] + frame_s, duration or 0.0))
-    bins = np.array_split(np.arange(len(t)), min(TIMELINE_POINTS, len(t)))
+    # the bins np.array_split(range(len(t)), k) makes: the first len(t) % k hold one row more
+    k = min(TIMELINE_POINTS, len(t))
+    size, extra = divmod(len(t), k)
+    firsts = np.arange(k) * size + np.minimum(np.arange(k), extra)
+    lasts = np.append(firsts[1:], len(t)) - 1
+    peaks = np.maximum.reduceat(r, firsts)
     return Timeline(
-        "relevance", [(float(t[b[0]]), float(ends[b[-1]]), float(r[b].max())) for b in bins if len(b)]
+        "relevance",
+        list(zip(t[firsts].tolist(), ends[lasts].tolist(), peaks.tolist(), strict=True)),
     )
 
 
@@ -130,19 +136,16 @@ def relevance_runs(relevance: np.ndarray, *, level: float = MOMENT_LEVEL, limit:
         return []
     median = float(np.median(r))
     threshold = median + level * (float(r.max()) - median)
-    above = r >= threshold
-    runs = []
-    i = 0
-    while i < n:
-        if not above[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < n and above[j + 1]:
-            j += 1
-        peak = i + int(np.argmax(r[i : j + 1]))
-        runs.append(RelevanceRun(i, j, peak, threshold))
-        i = j + 1
+    # each run's first and last rows from the edges of the above-threshold mask (no loop over frames)
+    step = np.diff(np.concatenate(([0], (r >= threshold).astype(np.int8), [0])))
+    firsts, lasts = np.flatnonzero(step == 1), np.flatnonzero(step == -1) - 1
+    if limit == 1 and len(firsts):  # the run around the global peak (the first rows' on a tie)
+        k = int(np.searchsorted(lasts, int(np.argmax(r))))
+        firsts, lasts = firsts[k : k + 1], lasts[k : k + 1]
+    runs = [
+        RelevanceRun(int(i), int(j), int(i) + int(np.argmax(r[i : j + 1])), threshold)
+        for i, j in zip(firsts, lasts, strict=True)
+    ]
     runs.sort(key=lambda run: (-r[run.peak], run.first))
     return runs[:limit] if limit is not None else runs
 

@@ -44,6 +44,7 @@ from core.config import (
     DEFAULT_MAX_EVIDENCE,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MODEL_ID,
+    EDGE_GAPS,
     FAISS_EXACT_MAX_VECTORS,
     INDEX_BANK_CHUNK,
     INDEX_BATCH_VIDEOS,
@@ -101,6 +102,7 @@ class BuildOptions:
     clip_batch: int = INDEX_CLIP_BATCH
     image_batch: int = INDEX_IMAGE_BATCH
     bank_chunk: int = INDEX_BANK_CHUNK  # a longer bank is decoded and embedded this many frames at a time
+    edge_gaps: int = EDGE_GAPS  # edge frames (indexer.edges): bank gaps per video embedded at the source rate
     workers: int = INDEX_DECODE_WORKERS
     seed: int = 0
     retry_failed: bool = False
@@ -254,6 +256,7 @@ class BuildJob:
                     workers=options.workers,
                     image_batch=options.image_batch,
                     bank_chunk=options.bank_chunk,
+                    edge_gaps=options.edge_gaps,
                     bank_per_second=m.bank_per_second,
                     bank_max_frames=m.bank_max_frames,
                     retry_failed=options.retry_failed,

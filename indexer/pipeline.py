@@ -46,6 +46,7 @@ import numpy as np
 from core.config import (
     BANK_MAX_FRAMES,
     BANK_PER_SECOND,
+    EDGE_GAPS,
     INDEX_BANK_CHUNK,
     INDEX_BATCH_VIDEOS,
     INDEX_DECODE_WORKERS,
@@ -54,6 +55,7 @@ from core.config import (
 )
 from core.errors import describe, strip_paths, summarize
 from indexer.decoding import Decoded, FrameGauge, bank_chunks, decode_video  # noqa: E402,F401 (re-exported)
+from indexer.edges import embed_edge_frames
 from indexer.sources import SourceError, SourceItem, discover, source_stat  # noqa: E402,F401 (re-exported)
 from indexer.store import Entry, IndexWriter, VideoRecord
 from indexer.store.faiss_index import automatic_switch
@@ -83,6 +85,7 @@ class BuilderOptions:
     bank_per_second: float = BANK_PER_SECOND
     bank_max_frames: int = BANK_MAX_FRAMES
     bank_chunk: int = INDEX_BANK_CHUNK  # longer banks: decoded and embedded this many frames at a time
+    edge_gaps: int = EDGE_GAPS  # indexer.edges: bank gaps per video whose source frames are stored
     retry_failed: bool = False  # re-try videos recorded as failed (else they are skipped)
     checkpoint_every_s: float = 30.0  # FAISS checkpoint interval (SQLite holds every commit anyway)
     faiss_factory: str | None = None  # final FAISS factory (None: keep the manifest's)
@@ -371,8 +374,9 @@ class Builder:
             raise ValueError("a local build needs an encoder")
         opts = self.options
         batch_encoder = BatchEncoder(
-            self.encoder, embed_dim=self.writer.manifest.embed_dim, image_batch=opts.image_batch
-        )
+            self.encoder, embed_dim=self.writer.manifest.embed_dim, image_batch=opts.image_batch,
+            edge_gaps=opts.edge_gaps,
+        )  # fmt: skip
         decode_kwargs = self.decode_kwargs()
         gauge = FrameGauge()
         with ThreadPoolExecutor(max_workers=max(1, opts.workers), thread_name_prefix="decode") as pool:
@@ -430,11 +434,12 @@ class BatchEncoder:
     backbone calls) and the frame-bank embeddings. The same code runs in a local build and in each
     Ray embedding actor, so both backends embed a batch identically."""
 
-    def __init__(self, encoder, *, embed_dim: int, image_batch: int):
+    def __init__(self, encoder, *, embed_dim: int, image_batch: int, edge_gaps: int = EDGE_GAPS):
         self.encoder = encoder
         self.backbone = encoder.backbone
         self.embed_dim = embed_dim
         self.image_batch = image_batch
+        self.edge_gaps = int(edge_gaps)  # indexer.edges: gaps per video whose frames are stored (0: none)
 
     def process(self, decoded: list[Decoded], stats: BuildStats) -> list[Entry]:
         from models.backbone import VideoClip
@@ -455,6 +460,10 @@ class BatchEncoder:
         stats.seconds["encode"] += time.perf_counter() - t
         t = time.perf_counter()
         banks = self._guarded([d for d in ok if d.error is None], self._embed_banks)
+        edges = {id(d): self._edges(d, banks[id(d)]) for d in ok if id(d) in banks}
+        edge_frames = sum(len(e.frame_indices) for e in edges.values() if e is not None)
+        stats.frames_decoded += edge_frames  # decoded and embedded here, beside the bank
+        stats.frames_encoded += edge_frames
         stats.seconds["bank"] += time.perf_counter() - t
         entries = []
         for d in decoded:
@@ -496,6 +505,8 @@ class BatchEncoder:
                     stored_frames=d.stored,
                     tracks=d.tracks,
                     tracks_stat=d.tracks_stat,
+                    edge_indices=None if edges.get(id(d)) is None else edges[id(d)].frame_indices,
+                    edge_embeddings=None if edges.get(id(d)) is None else edges[id(d)].embeddings,
                 )
             )
             stats.count_tracks(d.item.id, d.tracks)
@@ -537,6 +548,20 @@ class BatchEncoder:
         # counted by process (the decode pool's time was counted before)
         d.seconds, d.store_seconds = decode_s, store_s
         return out
+
+    def _edges(self, d: Decoded, bank: np.ndarray):
+        """The video's edge frames (indexer.edges), or None: none asked for, no gap has frames, or
+        they could not be made (a warning; the video is indexed without them, its moments decoded)."""
+        if self.edge_gaps <= 0:
+            return None
+        try:
+            return embed_edge_frames(
+                self.backbone, d.item.path, d.bank, bank, size=d.frame_size, gaps=self.edge_gaps,
+                image_batch=self.image_batch,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - optional data: never fails the video
+            logger.warning("no edge frames for %s: %s", d.item.id, summarize(exc))
+            return None
 
     def _guarded(self, group: list[Decoded], fn) -> dict[int, np.ndarray]:
         """Run ``fn`` on the whole group; if it fails, retry video by video so that one bad video

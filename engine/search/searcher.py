@@ -109,7 +109,11 @@ class Searcher:
         backbone = getattr(encoder, "backbone", None)
         refiner = None
         if config.refine_moments > 0 and backbone is not None:
-            refiner = MomentRefiner(backbone, self.frames, batcher=batcher)
+            # the index's edge frames were embedded at its own working size: another size decodes
+            same_size = size == manifest.frame_size and hasattr(index, "edge_frames")
+            refiner = MomentRefiner(
+                backbone, self.frames, batcher=batcher, edges=index.edge_frames if same_size else None
+            )
         self.evidence = Evidence(
             index, aggregate=config.frame_aggregate, refiner=refiner, refine_moments=config.refine_moments
         )

@@ -4,13 +4,14 @@ Rows are read by column name (``sqlite3.Row``), never by position. Table ``video
 per source video, indexed *and* failed: stable id, FAISS id, path, content fingerprint, fps, frame
 count, duration, size, user metadata (JSON), status, error, the final embedding (float32 bytes),
 the frame-bank location (file, row offset, row count), the candidate frame indices (int64 bytes),
-the commit sequence, the time it was indexed, the source file's ``size:mtime_ns``, the
-frame-store location of the bank frames' pixels (file and first row; NULL when not kept), and the
-signature of the sidecar subtitle files its text tracks were read from (``tracks_stat``; NULL:
-never read). Table ``state`` holds counters (``next_faiss_id``, ``commit_seq``). A batch becomes
-part of the index in one transaction (:meth:`MetadataStore.commit_rows`), its text tracks with it:
-tables ``text_tracks`` (per track of a video), ``cues`` (per cue) and ``cues_fts`` (FTS5 over the
-cues' text, external content kept in step by triggers); see docs/architecture.md, "What is said".
+the commit sequence, the time it was indexed, the source file's ``size:mtime_ns``, the frame-store
+location of the bank frames' pixels (file and first row; NULL when not kept), the signature of the
+sidecar subtitle files its text tracks were read from (``tracks_stat``; NULL: never read), its edge
+frames (indexer.edges; NULL: none, as in stores written before them). Table ``state``
+holds counters (``next_faiss_id``, ``commit_seq``). A batch becomes part of the index in one
+transaction (:meth:`MetadataStore.commit_rows`), its text tracks with it: tables ``text_tracks`` (per
+track of a video), ``cues`` (per cue) and ``cues_fts`` (FTS5 over the cues' text, external content
+kept in step by triggers); see docs/architecture.md, "What is said".
 """
 
 from __future__ import annotations
@@ -91,12 +92,13 @@ COLUMNS = (
     "id", "faiss_id", "path", "fingerprint", "fps", "num_frames", "duration_s", "width", "height",
     "metadata", "status", "error", "embedding", "bank_file", "bank_offset", "bank_count",
     "frame_indices", "commit_seq", "indexed_at", "source_stat", "frames_file", "frames_offset",
-    "tracks_stat",
+    "tracks_stat", "edge_indices", "edge_embeddings",
 )  # fmt: skip
 # columns added after format version 1 was first written (an older store gains them when a writer
 # opens it; readers of an older store see NULL)
 _ADDED_COLUMNS = {"frames_file": "TEXT", "frames_offset": "INTEGER"}
 _TRACK_COLUMNS = {"tracks_stat": "TEXT"}  # added with the text tracks
+_EDGE_COLUMNS = {"edge_indices": "BLOB", "edge_embeddings": "BLOB"}  # added with the edge frames
 MAX_CUE_MATCHES = 20_000  # cues a spoken search ranks at most (best BM25 first)
 _RECORD_COLUMNS = ", ".join(COLUMNS[:12])
 _INSERT = (
@@ -105,21 +107,13 @@ _INSERT = (
 _CHUNK = 500  # ids per "IN (...)" query, under SQLite's variable limit
 
 
-def record_from_row(row: sqlite3.Row) -> VideoRecord:
+def record_from_row(r: sqlite3.Row) -> VideoRecord:
     return VideoRecord(
-        id=row["id"],
-        faiss_id=int(row["faiss_id"]),
-        path=row["path"],
-        fingerprint=row["fingerprint"],
-        fps=float(row["fps"]),
-        num_frames=int(row["num_frames"]),
-        duration_s=float(row["duration_s"]),
-        width=int(row["width"]),
-        height=int(row["height"]),
-        metadata=json.loads(row["metadata"]),
-        status=row["status"],
-        error=row["error"],
-    )
+        id=r["id"], faiss_id=int(r["faiss_id"]), path=r["path"], fingerprint=r["fingerprint"],
+        fps=float(r["fps"]), num_frames=int(r["num_frames"]), duration_s=float(r["duration_s"]),
+        width=int(r["width"]), height=int(r["height"]), metadata=json.loads(r["metadata"]),
+        status=r["status"], error=r["error"],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -196,7 +190,7 @@ class MetadataStore:
         with self.conn:
             self.conn.executescript(SCHEMA)
             have = self._columns()
-            for name, kind in {**_ADDED_COLUMNS, **_TRACK_COLUMNS}.items():
+            for name, kind in {**_ADDED_COLUMNS, **_TRACK_COLUMNS, **_EDGE_COLUMNS}.items():
                 if name not in have:
                     self.conn.execute(f"ALTER TABLE videos ADD COLUMN {name} {kind}")
         with self.conn:
@@ -510,10 +504,16 @@ class MetadataStore:
         row = self.conn.execute("SELECT frame_indices FROM videos WHERE id = ?", (video_id,)).fetchone()
         return None if row is None else row["frame_indices"]
 
+    def edge_frames(self, video_id: str) -> tuple[bytes, bytes] | None:
+        """A video's (edge_indices, edge_embeddings) blobs; None: it has none (or the store predates them)."""
+        sql = "SELECT edge_indices, edge_embeddings FROM videos WHERE id = ?"
+        have = set(_EDGE_COLUMNS) <= self._columns()  # a store written before edge frames has none
+        row = self.conn.execute(sql, (video_id,)).fetchone() if have else None
+        return None if row is None or row["edge_indices"] is None else (row[0], row[1])
+
     def embedding(self, video_id: str) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT embedding FROM videos WHERE id = ? AND status = ?", (video_id, STATUS_INDEXED)
-        ).fetchone()
+        sql = "SELECT embedding FROM videos WHERE id = ? AND status = ?"
+        row = self.conn.execute(sql, (video_id, STATUS_INDEXED)).fetchone()
         return None if row is None else row["embedding"]
 
     # -- maintenance -----------------------------------------------------------------------------

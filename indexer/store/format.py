@@ -14,6 +14,9 @@ Files of one index directory (format version 1; docs/architecture.md describes e
                          the frame store (``indexer.store.frames``): the pixels of that batch's
                          frame-bank frames, when the index keeps them (manifest ``frame_store``)
 
+Edge frames (``indexer.edges``: source frames inside the bank's largest changes, embedded at build
+time) live in ``meta.sqlite`` beside each video's row; an index written before them has none.
+
 Every file is replaced atomically (``core.files``); the commit point of a batch is the SQLite
 transaction that references its bank file.
 """
@@ -172,6 +175,8 @@ class Entry:
     stored_frames: object = None  # indexer.store.frames.EncodedFrames: the bank frames' pixels
     tracks: list | None = None  # indexer.subtitles.TextTrack s (None: text tracks were not read)
     tracks_stat: str | None = None  # the sidecar signature they were read with (tracks.sidecar_signature)
+    edge_indices: np.ndarray | None = None  # [E] int64 edge frames (indexer.edges; None: none kept)
+    edge_embeddings: np.ndarray | None = None  # [E, d] float16
 
 
 def read_manifest(directory: str | os.PathLike) -> Manifest:

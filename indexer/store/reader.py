@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.edges import EdgeFrames
 from indexer.store import faiss_index as fx
 from indexer.store.db import BankLocation, MetadataStore
 from indexer.store.filters import matches, parse_filter
@@ -206,6 +207,20 @@ class IndexReader:
             timestamps=indices.astype(np.float64) / self._records[video_id].fps,
             embeddings=arr[loc.offset : loc.offset + loc.count],
         )
+
+    def edge_frames(self, video_id: str):
+        """The video's edge frames (``indexer.edges.EdgeFrames``: source frames inside its bank's
+        largest changes, embedded at build time), or None: it has none (an index built before them)."""
+        with self._lock:
+            blobs = self._db.edge_frames(video_id)
+        if blobs is None:
+            return None
+        indices = np.frombuffer(blobs[0], dtype=np.int64)
+        embeddings = np.frombuffer(blobs[1], dtype=np.float16)
+        d = self.manifest.embed_dim
+        if embeddings.size != len(indices) * d:
+            raise IndexFormatError(f"{METADATA}: the edge frames of {video_id!r} do not match their count")
+        return EdgeFrames(indices, embeddings.reshape(len(indices), d))
 
     # -- the frame store ---------------------------------------------------------------------------
     @property

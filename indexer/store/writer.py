@@ -118,6 +118,7 @@ class IndexWriter:
         for e in entries:
             r = e.record
             emb = bank_file = bank_off = bank_cnt = idx_blob = frames_file = frames_row = None
+            edge_idx = edge_emb = None
             faiss_id = -1
             if r.status == STATUS_INDEXED:
                 if e.embedding is None or e.bank_embeddings is None or e.bank_indices is None:
@@ -137,6 +138,8 @@ class IndexWriter:
                     stored.append(e.stored_frames)
                     frames_file, frames_row = frames_name, frames_off
                     frames_off += bank_cnt
+                if e.edge_indices is not None and e.edge_embeddings is not None:
+                    edge_idx, edge_emb = _edge_blobs(r.id, e.edge_indices, e.edge_embeddings, d)
                 new_vectors.append(vec)
                 new_ids.append(faiss_id)
                 if e.tracks is not None:
@@ -166,6 +169,8 @@ class IndexWriter:
                     "source_stat": e.source_stat,
                     "frames_file": frames_file,
                     "frames_offset": frames_row,
+                    "edge_indices": edge_idx,
+                    "edge_embeddings": edge_emb,
                     "tracks_stat": e.tracks_stat
                     if r.status == STATUS_INDEXED and e.tracks is not None
                     else None,
@@ -354,6 +359,15 @@ class IndexWriter:
 
         indexed = {fp for fp, status, _ in self.db.finished().values() if status == STATUS_INDEXED}
         return {PREVIEWS_DIR: collect_unreferenced_previews(self.directory, indexed)}
+
+
+def _edge_blobs(video_id: str, indices, embeddings, d: int) -> tuple[bytes, bytes]:
+    """A video's edge frames (indexer.edges) as the metadata store keeps them."""
+    idx = np.asarray(indices, dtype=np.int64)
+    emb = np.asarray(embeddings, dtype=np.float16)
+    if emb.shape != (len(idx), d) or np.any(np.diff(idx) <= 0):
+        raise ValueError(f"edge frames of {video_id!r} have shape {emb.shape} for {len(idx)} frames")
+    return idx.tobytes(), np.ascontiguousarray(emb).tobytes()
 
 
 def _only_leftovers_of_a_new_index(directory: Path) -> bool:
