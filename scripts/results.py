@@ -16,6 +16,7 @@ benchmark command that the page names beside each table:
     docs/bench/backbone_threads.json benchmarks/bench_backbone_threads.py --json ... (batch size, threads)
     docs/bench/first_query.json     benchmarks/bench_first_query.py --json ... (a fresh server's first query)
     docs/bench/hybrid.json          benchmarks/bench_hybrid.py --json ...    (what is seen, said or both)
+    docs/bench/cold_warm*.json      benchmarks/bench_cold_warm.py --seed S --json ... (the first look, per seed)
 
 A missing file leaves its section out. Re-run a benchmark with ``--json docs/bench/NAME.json``, then
 this script, and commit both.
@@ -397,6 +398,7 @@ def results_page() -> str:
         data = _load(name)
         if data:
             out += generic_section(title, script, data)
+    out += cold_warm_section()
     hybrid = _load("hybrid.json")
     if hybrid:
         out += hybrid_section(hybrid)
@@ -431,6 +433,35 @@ def _time_intro(data: dict) -> list[str]:
         "as an order or a count of one or two, its first kept only where it shows every event).",
         "",
     ]
+
+
+def cold_warm_section() -> list[str]:
+    """benchmarks/bench_cold_warm.py, one JSON per seed (cold_warm.json is seed 0)."""
+    runs = [json.loads(p.read_text()) for p in sorted(BENCH.glob("cold_warm*.json"))]
+    if not runs:
+        return []
+    out = [
+        "## The first look: the default search cold beside warm",
+        "",
+        "`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_cold_warm.py --seed S --videos 8` — one query a "
+        "video of 2-5 min; *cold*: a fresh engine per query (warmed up as the server is, frame cache empty, a "
+        "video no earlier query touched), *warm*: the same query again, *stage 1*: the same engine with "
+        "`mode=indexed`; p50 ms. *edge frames* is today's index (the refiner reads source frames the build "
+        "stored), *none* an index built without them (the decode-and-embed refinement before).",
+        "",
+        "| seed | index | cold | warm | stage 1 | cold / warm | warm / stage 1 | R1@0.7 | moment s / event s | from edge frames |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for data in sorted(runs, key=lambda d: d.get("args", {}).get("seed", 0)):
+        seed = data.get("args", {}).get("seed")
+        for name, r in data.get("results", {}).items():
+            out.append(
+                f"| {seed} | {name} | {r['cold_p50_ms']:.1f} | {r['warm_p50_ms']:.1f} | {r['stage1_p50_ms']:.1f} | "
+                f"{r['cold_over_warm']:.2f} | {r['default_over_stage1']:.2f} | {r['r1@0.7']:.2f} | "
+                f"{r['moment_len_s']:.2f} / {r['event_len_s']:.2f} | {r.get('from_edge_frames', 0):.2f} |"
+            )
+    env = environment_line(runs[0])
+    return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
 
 
 def readme_block() -> str:
