@@ -1,7 +1,12 @@
 """The default search cold and warm, beside stage 1, with and without edge frames (indexer.edges).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_cold_warm.py [--seed 0] [--videos 8]
-        [--min-s 120] [--max-s 300] [--edge-gaps 8] [--workdir DIR] [--json docs/bench/cold_warm.json]
+        [--min-s 120] [--max-s 300] [--edge-gaps 8] [--hd] [--server] [--workdir DIR]
+        [--json docs/bench/cold_warm.json]
+
+``--hd`` searches 1280x720 H.264 re-encodings of the videos, GOP 2 s (the sources a
+user's first look decodes from); ``--server`` makes each cold query a fresh ``qaslr serve`` process
+over HTTP (ready after its warm-up), the warm one the same query again on it.
 
 It renders (once, cached under --workdir) ``--videos`` single-event shapes-world videos of
 ``--min-s``-``--max-s`` s (benchmarks/bench_quality.py's corpus: one 2-3 s event each, every event
@@ -90,6 +95,33 @@ class Measured:
         finally:
             engine.close()
 
+    def one_query_served(self, index: Path, model: Path, query: str, event: tuple) -> None:
+        """``--server``: a fresh ``qaslr serve`` process (ready once ``/readyz`` answers, after its
+        warm-up), the default search over HTTP cold, then warm, then stage 1 twice."""
+        import httpx
+
+        from benchmarks.serving import QaslrServe
+
+        rows = self.rows
+        with QaslrServe(["--index", str(index), "--model", str(model)]) as url:
+            for kind in ("cold", "warm", "stage1_first", "stage1"):
+                body = {"query": query} if kind in ("cold", "warm") else {"query": query, "mode": "indexed"}
+                t = time.perf_counter()
+                r = httpx.post(f"{url}/search", json=body, timeout=120)
+                rows[kind].append((time.perf_counter() - t) * 1e3)
+                r.raise_for_status()
+                out = r.json()
+                if kind in ("cold", "warm"):
+                    rows[f"refine_{kind}"].append(out["timings_ms"].get("refine", 0.0))
+                    for stage, ms in out["timings_ms"].items():
+                        self.stages[kind].setdefault(stage, []).append(ms)
+                if kind == "cold":
+                    top = out["results"][0]
+                    moment = (top.get("evidence") or {}).get("moment")
+                    span = None if moment is None else (moment["start_s"], moment["end_s"])
+                    self.served.append(out["timings_ms"].get("decode", 0.0) == 0.0)  # nothing decoded
+                    self.moments.append((top["video_id"], span, *event))
+
     def summary(self) -> dict:
         right = [(m, s, e) for top, m, video, s, e in self.moments if top == video]
         ious = [iou(m, s, e) for m, s, e in right]
@@ -121,6 +153,48 @@ class Measured:
         }
 
 
+def hd_sources(corpus, work: Path) -> Path:
+    """``--hd``: the corpus's videos re-encoded as the issue's sources are, 1280x720 H.264 in MP4 with
+    a keyframe at least every 2 s (keyint 2 s, no scene cuts), with PyAV, cached; the manifest of them (the same ids
+    and metadata)."""
+    out = work / f"hd-{corpus.root.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for line in corpus.manifest.read_text().splitlines():
+        record = json.loads(line)
+        target = out / f"{record['id']}.mp4"
+        if not target.exists():
+            _encode_hd(corpus.manifest.parent / record["path"], target)
+        lines.append(json.dumps({**record, "path": str(target)}))
+    manifest = out / "videos.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest
+
+
+def _encode_hd(source: Path, target: Path) -> None:
+    from fractions import Fraction
+
+    import av
+
+    part = target.with_suffix(".part.mp4")
+    with av.open(str(source)) as src, av.open(str(part), "w") as dst:
+        video = src.streams.video[0]
+        rate = Fraction(video.average_rate or 8)
+        gop = max(1, round(2 * float(rate)))
+        stream = dst.add_stream("libx264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = 1280, 720, "yuv420p"
+        stream.codec_context.gop_size = gop
+        stream.options = {"preset": "veryfast", "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0"}
+        for i, frame in enumerate(src.decode(video)):
+            frame = frame.reformat(width=1280, height=720, format="yuv420p")
+            frame.pts, frame.time_base = i, 1 / rate
+            for packet in stream.encode(frame):
+                dst.mux(packet)
+        for packet in stream.encode():
+            dst.mux(packet)
+    part.rename(target)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", type=int, default=0)
@@ -131,6 +205,10 @@ def main(argv=None) -> int:
         "--edge-gaps", type=int, default=None, help="edge-frame gaps per video (default: the build's)"
     )
     p.add_argument("--no-before", action="store_true", help="skip the index without edge frames")
+    p.add_argument("--hd", action="store_true",
+                   help="search 1280x720 H.264 re-encodings of the videos, GOP 2 s")  # fmt: skip
+    p.add_argument("--server", action="store_true",
+                   help="cold: a fresh `qaslr serve` process per query over HTTP (else a fresh engine)")  # fmt: skip
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
     p.add_argument("--workdir", default=None, help="cache for the corpus, checkpoint and indexes")
     p.add_argument("--json", default=None, help="write the results here")
@@ -147,23 +225,27 @@ def main(argv=None) -> int:
     )
     corpus = make_corpus(work / f"corpus-{args.seed}-{args.videos}-{args.min_s:g}-{args.max_s:g}", config)
     queries, truth = corpus.queries("single"), corpus.by_id()
+    manifest = hd_sources(corpus, work) if args.hd else corpus.manifest
+    tag = "-hd" if args.hd else ""
     variants = [(f"edge frames ({gaps} gaps)", gaps)] + (
         [] if args.no_before else [("no edge frames (before)", 0)]
     )
     indexes, built, measured = {}, {}, {name: Measured() for name, _ in variants}
     for name, edge_gaps in variants:
-        index = work / f"index-{args.seed}-{args.videos}-{args.min_s:g}-{args.max_s:g}-edges{edge_gaps}"
-        built[name] = build(corpus.manifest, index, model, None, edge_gaps=edge_gaps)
+        index = work / f"index-{args.seed}-{args.videos}-{args.min_s:g}-{args.max_s:g}{tag}-edges{edge_gaps}"
+        built[name] = build(manifest, index, model, None, edge_gaps=edge_gaps)
         indexes[name] = index
     # query by query, each index in turn: a busy moment of a shared machine hits both alike
     for query, right in queries:
         (_, start, end), *_ = truth[right].events
         for name, _ in variants:
-            measured[name].one_query(indexes[name], model, query, (right, start, end))
+            one = measured[name].one_query_served if args.server else measured[name].one_query
+            one(indexes[name], model, query, (right, start, end))
     results = {name: {**measured[name].summary(), "build": built[name]} for name, _ in variants}
     print(
         f"\nshapes world seed {args.seed}, {args.videos} videos of {args.min_s:.0f}-{args.max_s:.0f} s, "
-        "default search (fresh engine per query), p50 ms"
+        f"{' (1280x720 H.264, GOP 2 s)' if args.hd else ''}, default search "
+        f"({'fresh qaslr serve' if args.server else 'fresh engine'} per query), p50 ms"
     )
     print(
         "| index | cold | warm | stage 1 | stage 1, first call | cold/warm | warm/stage 1 | cold/stage 1 | refine cold | "
