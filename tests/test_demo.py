@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,10 @@ def test_demo_serves_and_its_suggested_queries_find_the_right_video(tmp_path):
         ready = httpx.get(f"{server.url}/readyz", timeout=5).json()
         assert ready["random_weights"] is False
         assert ready["time_head_source"] == "checkpoint"  # the shapes-world checkpoint's time head serves
+        # the demo prints its ready line and the queries to try once /readyz answers (it polls it too)
+        deadline = time.monotonic() + 60
+        while "ready: serving" not in server.output and time.monotonic() < deadline:
+            time.sleep(0.2)
         suggestions = re.findall(r'"query": "([^"]+)".*# expect (\S+) first', server.output)
         assert len(suggestions) == 5, server.output[-2000:]  # three single events, one order, one count
         for i, (query, expected) in enumerate(suggestions):
