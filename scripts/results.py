@@ -447,16 +447,22 @@ def cold_warm_section() -> list[str]:
         "video of 2-5 min; *cold*: a fresh engine per query (warmed up as the server is, frame cache empty, a "
         "video no earlier query touched), *warm*: the same query again, *stage 1*: the same engine with "
         "`mode=indexed`; p50 ms. *edge frames* is today's index (the refiner reads source frames the build "
-        "stored), *none* an index built without them (the decode-and-embed refinement before).",
+        "stored), *none* an index built without them (the decode-and-embed refinement before). `--hd` re-encodes "
+        "the sources as 1280x720 H.264 with a 2 s GOP; `--server` makes each cold query a fresh `qaslr serve` "
+        "over HTTP. *nothing decoded*: the share of cold answers whose moment came from stored frames.",
         "",
-        "| seed | index | cold | warm | stage 1 | cold / warm | warm / stage 1 | R1@0.7 | moment s / event s | from edge frames |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| seed | sources, cold | index | cold | warm | stage 1 | cold / warm | warm / stage 1 | R1@0.7 | moment s / event s | nothing decoded |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for data in sorted(runs, key=lambda d: d.get("args", {}).get("seed", 0)):
-        seed = data.get("args", {}).get("seed")
+    for data in sorted(runs, key=lambda d: (d.get("args", {}).get("hd", False), d.get("args", {}).get("seed", 0))):
+        a = data.get("args", {})
+        seed = a.get("seed")
+        how = (f"{a.get('videos')} × {a.get('min_s', 120):.0f}-{a.get('max_s', 300):.0f} s, "
+               + ("1280x720 H.264 GOP 2 s" if a.get("hd") else "world sources")
+               + (", fresh `qaslr serve`" if a.get("server") else ", fresh engine"))  # fmt: skip
         for name, r in data.get("results", {}).items():
             out.append(
-                f"| {seed} | {name} | {r['cold_p50_ms']:.1f} | {r['warm_p50_ms']:.1f} | {r['stage1_p50_ms']:.1f} | "
+                f"| {seed} | {how} | {name} | {r['cold_p50_ms']:.1f} | {r['warm_p50_ms']:.1f} | {r['stage1_p50_ms']:.1f} | "
                 f"{r['cold_over_warm']:.2f} | {r['default_over_stage1']:.2f} | {r['r1@0.7']:.2f} | "
                 f"{r['moment_len_s']:.2f} / {r['event_len_s']:.2f} | {r.get('from_edge_frames', 0):.2f} |"
             )
