@@ -435,6 +435,11 @@ def _time_intro(data: dict) -> list[str]:
     ]
 
 
+def _share(value) -> str:
+    """A share for a table cell; "–" where the run could not see it (NaN or missing)."""
+    return "–" if value is None or value != value else f"{value:.2f}"
+
+
 def cold_warm_section() -> list[str]:
     """benchmarks/bench_cold_warm.py, one JSON per seed (cold_warm.json is seed 0)."""
     runs = [json.loads(p.read_text()) for p in sorted(BENCH.glob("cold_warm*.json"))]
@@ -464,7 +469,7 @@ def cold_warm_section() -> list[str]:
             out.append(
                 f"| {seed} | {how} | {name} | {r['cold_p50_ms']:.1f} | {r['warm_p50_ms']:.1f} | {r['stage1_p50_ms']:.1f} | "
                 f"{r['cold_over_warm']:.2f} | {r['default_over_stage1']:.2f} | {r['r1@0.7']:.2f} | "
-                f"{r['moment_len_s']:.2f} / {r['event_len_s']:.2f} | {r.get('from_edge_frames', 0):.2f} |"
+                f"{r['moment_len_s']:.2f} / {r['event_len_s']:.2f} | {_share(r.get('from_edge_frames'))} |"
             )
     env = environment_line(runs[0])
     return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
