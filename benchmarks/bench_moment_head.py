@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RECIPES = {  # name -> (lambda_step, lambda_distill); None: the recipe's own (Eq. 14's)
+RECIPES = {  # name -> (lambda_step, lambda_distill); "recipe": the recipe's own (Eq. 14's)
     "final readout only": (0.0, 0.0),
     "+ step-wise term": ("recipe", 0.0),
     "+ self-distillation": (0.0, "recipe"),

@@ -37,18 +37,18 @@ def key_matches(presented: str, keys: list[str]) -> bool:
     return ok
 
 
-async def require_api_key(request: Request, state: AppState = Depends(get_state)) -> None:
-    keys = state.settings.api_keys
-    if not keys:
-        return
+def _require_key(request: Request, keys: list[str], message: str) -> None:
+    """A 401 with ``message`` unless the request presents one of ``keys``."""
     presented = _presented(request)
     if presented is None or not key_matches(presented, keys):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def require_api_key(request: Request, state: AppState = Depends(get_state)) -> None:
+    keys = state.settings.api_keys
+    if keys:
+        _require_key(request, keys, "missing or invalid API key: send `Authorization: Bearer <key>` or "
+                     "`X-API-Key: <key>`")  # fmt: skip
 
 
 async def require_media_access(request: Request, state: AppState = Depends(get_state)) -> None:
@@ -113,12 +113,6 @@ async def require_admin_key(request: Request, state: AppState = Depends(get_stat
             )
         await require_api_key(request, state)
         return
-    presented = _presented(request)
-    if presented is None or not key_matches(presented, admin):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "missing or invalid admin key: the admin routes take an admin key (QASLR_ADMIN_KEYS), sent as "
-            "`Authorization: Bearer <key>` or `X-API-Key: <key>`; an API key does not open them",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    _require_key(request, admin, "missing or invalid admin key: the admin routes take an admin key "
+                 "(QASLR_ADMIN_KEYS), sent as `Authorization: Bearer <key>` or `X-API-Key: <key>`; an API key "
+                 "does not open them")  # fmt: skip

@@ -194,8 +194,8 @@ class Cascade:
             return ranked
         state.outcome.route += "; the head's evidence was not stronger: the frame tier's order stands"
         group = sorted(ranked[:m], key=lambda h: (-(h.frame_score or 0.0), h.stage1_rank))
-        for hit in group:  # ranked by the frame tier: its score and name
-            hit.score, hit.tier = hit.frame_score, self.frame_tier.name
+        for hit in group:
+            self._back_to_frame_tier(hit)
         return group + ranked[m:]
 
     def _keep_time_unless_shown(self, state: SearchState, frame: list[Hit], ranked: list[Hit]) -> list[Hit]:
@@ -207,10 +207,15 @@ class Cascade:
         state.outcome.route += ("; the time head's first does not show every event it read: the frame tier's "
                                 "order stands")  # fmt: skip
         state.outcome.rerank_embedder = None
-        for hit in frame:  # ranked by the frame tier again: its score, name and moment rule
-            hit.score, hit.tier, hit.reranked = hit.frame_score, self.frame_tier.name, False
-            hit.events = hit.event_peaks = hit.moment = hit.moment_source = None
+        for hit in frame:
+            self._back_to_frame_tier(hit)
+            hit.reranked = False
+            hit.events = hit.event_peaks = hit.moment = hit.moment_source = None  # the moment rule's again
         return frame
+
+    def _back_to_frame_tier(self, hit: Hit) -> None:
+        """A hit whose later tier's order did not stand is ranked by the frame tier: its score and name."""
+        hit.score, hit.tier = hit.frame_score, self.frame_tier.name
 
     def _heavy(self, state: SearchState, request: TierRequest, hits: list[Hit], m: int) -> list[Hit]:
         """The heavy tier over the frame tier's top ``m``, above the rest (module docstring)."""

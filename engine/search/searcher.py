@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import time
 
-from core.config import Embedder, SearchMode, Sources
+from core.config import MIN_RELEVANCE, Embedder, SearchMode, Sources
 from engine.cache import FrameCache
 from engine.errors import InvalidRequest
 from engine.frames import FrameSource
@@ -50,7 +50,7 @@ from engine.search.state import SearchState
 from engine.spoken import split_clues
 from engine.tiers import encoding_tier
 from engine.tiers.frame import FrameTier
-from engine.tiers.timehead import TimeTier
+from engine.tiers.timehead import TimeTier, weakest_event_relevance
 from models.streaming import VideoEncoder
 from models.time_query import parse_time_query
 
@@ -155,9 +155,6 @@ class Searcher:
         """A time-tier hit shows every event its plan read: its weakest event's relevance (engine.relevance,
         against the collection's null) reaches MIN_RELEVANCE, the threshold that separates a match from
         nothing like it (docs/results.md)."""
-        from core.config import MIN_RELEVANCE
-        from engine.tiers.timehead import weakest_event_relevance
-
         weakest = weakest_event_relevance(hit, self.evidence.null)
         return weakest is not None and weakest >= MIN_RELEVANCE
 
