@@ -165,7 +165,7 @@ def hd_sources(corpus, work: Path) -> Path:
         target = out / f"{record['id']}.mp4"
         if not target.exists():
             _encode_hd(corpus.manifest.parent / record["path"], target)
-        lines.append(json.dumps({**record, "path": str(target)}))
+        lines.append(json.dumps({**record, "path": target.name}))  # read beside the manifest
     manifest = out / "videos.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
