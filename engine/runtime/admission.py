@@ -248,6 +248,23 @@ class Admission:
 
         return self._side.submit(exclusive)
 
+    def on_each_light_thread(self, fn: Callable[[], object], *, timeout_s: float = 120.0) -> int:
+        """Run ``fn`` once on every thread of the light lane, outside the queue accounting (warm-up:
+        on CUDA a thread's first backbone call pays for its own library handles, tens of
+        milliseconds, which a stage-1 search there would otherwise pay); returns the threads it ran
+        on (0 without a light lane). Each job waits at a barrier, so no thread takes two."""
+        if self._light is None:
+            return 0
+        barrier = threading.Barrier(self.light_threads)
+
+        def once():
+            barrier.wait(timeout_s)
+            fn()
+            return threading.get_ident()
+
+        futures = [self._light.submit(once) for _ in range(self.light_threads)]
+        return len({f.result(timeout=timeout_s) for f in futures})
+
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._light is not None:

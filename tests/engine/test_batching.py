@@ -480,3 +480,19 @@ def test_a_cancelled_search_stops_between_stages(world_engine):
 
     with pytest.raises(SearchCancelled):
         world_engine.searcher.search({"query": QUERIES[0], "mode": "rerank"}, cancelled=lambda: True)
+
+
+def test_a_warm_up_runs_once_on_every_light_lane_thread():
+    worker = Admission(4, threads=2, light_threads=3)
+    seen = []
+    try:
+        assert worker.on_each_light_thread(lambda: seen.append(threading.get_ident()), timeout_s=10) == 3
+        assert len(seen) == 3 and len(set(seen)) == 3
+        assert worker.running == 0  # outside the queue accounting
+    finally:
+        worker.shutdown()
+    none = Admission(4, threads=2)
+    try:
+        assert none.on_each_light_thread(lambda: seen.append("no lane")) == 0 and "no lane" not in seen
+    finally:
+        none.shutdown()

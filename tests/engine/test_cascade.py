@@ -6,10 +6,13 @@ indexed with the shipped tiny-world backbone, so rankings and moments are real a
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from engine.errors import InvalidRequest
+from engine.runtime.policy import QUERIES
 
 pytestmark = pytest.mark.slow  # renders a shapes-world collection and indexes it (about a minute)
 
@@ -130,6 +133,42 @@ def test_warm_up_runs_every_stage_once(world_engine, monkeypatch):
         assert outcome.timings_ms[stage] > 0, (stage, outcome.timings_ms)
     (hit,) = outcome.hits
     assert hit.reranked and hit.tier == searcher.reranker.name  # the heavy tier scored it
+
+
+def test_where_queries_are_padded_the_warm_up_meets_every_padded_length(world_engine, monkeypatch):
+    """CUDA pads query prompts to a few lengths (models.backbone TEXT_PAD_MULTIPLE); forced here on
+    the CPU: the warm-up embeds each length's text once, alone, where a search's query is embedded
+    (the batcher's thread) and on every light-lane thread, and searches nothing more."""
+    backbone = world_engine.encoder.backbone
+    monkeypatch.setattr(backbone, "text_pad_multiple", 32)
+    shapes = backbone.shape_texts(instruction=world_engine.encoder.instruction)
+    assert len(shapes) == 4
+    searched, embedded, batched = [], [], []
+    real_search, real_embed = world_engine.searcher.search, world_engine.encoder.embed_queries
+    monkeypatch.setattr(
+        world_engine.searcher, "search", lambda p: searched.append(p["query"]) or real_search(p)
+    )
+
+    def embed(texts, **kwargs):
+        embedded.append((threading.current_thread().name, tuple(texts)))
+        return real_embed(texts, **kwargs)
+
+    batcher = world_engine.batcher
+    real_encode = batcher.encode
+
+    def encode(encoder, items, **kwargs):
+        batched.append((kwargs.get("kind"), tuple(items)))
+        return real_encode(encoder, items, **kwargs)
+
+    monkeypatch.setattr(world_engine.encoder, "embed_queries", embed)
+    monkeypatch.setattr(batcher, "encode", encode)
+    world_engine.warm_up()
+    assert len(searched) == 1  # the one search through every stage
+    alone = [(t,) for t in shapes]
+    assert batched == [(QUERIES, t) for t in alone]  # the batcher's worker: where a search embeds its query
+    lanes = world_engine.admission.light_threads
+    on_lanes = {name for name, texts in embedded if name.startswith("qaslr-light") and texts in set(alone)}
+    assert lanes >= 1 and len(on_lanes) == lanes
 
 
 def test_a_filter_on_a_key_no_video_has_warns_and_names_the_known_keys(world_engine):

@@ -357,3 +357,27 @@ def test_the_2b_clip_plan_fits_the_documented_batch_sizes():
     assert 0.4e9 < per_clip < 0.8e9
     assert streaming.auto_clip_batch_size(fake, 16, free_bytes=76 * 2**30) == 64
     assert 8 <= streaming.auto_clip_batch_size(fake, 16, free_bytes=14 * 2**30) <= 14
+
+
+def test_padded_text_prompts_give_the_same_embeddings_in_a_few_shapes(tiny_checkpoint):
+    """CUDA pads text-only prompts to a multiple of TEXT_PAD_MULTIPLE tokens (so queries take few
+    shapes); forced here on the CPU: the same vectors as unpadded, and each length bucket's text
+    from shape_texts lands in its own bucket."""
+    from models.backbone import TEXT_PAD_MULTIPLE
+
+    plain = load_backbone(tiny_checkpoint, device="cpu")
+    assert plain.text_pad_multiple == 0 and plain.shape_texts() == []  # the CPU pads to the longest
+    padded = load_backbone(tiny_checkpoint, device="cpu")
+    padded.text_pad_multiple = TEXT_PAD_MULTIPLE
+    texts = ["a red square", "a blue triangle moves from the left to the right, then stops"]
+    lengths = padded.prepare([padded.render_prompt(text=t) for t in texts])["input_ids"].shape[1]
+    assert lengths % TEXT_PAD_MULTIPLE == 0
+    assert plain.prepare([plain.render_prompt(text=t) for t in texts])["input_ids"].shape[1] < lengths
+    for one in ([texts[0]], texts):
+        torch.testing.assert_close(padded.embed_texts(one), plain.embed_texts(one), atol=1e-5, rtol=0)
+    shapes = padded.shape_texts(3)
+    buckets = [
+        padded.prepare([padded.render_prompt(text=t)])["input_ids"].shape[1] // TEXT_PAD_MULTIPLE
+        for t in shapes
+    ]
+    assert len(shapes) == 3 and len(set(buckets)) == 3 and buckets == sorted(buckets)
