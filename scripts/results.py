@@ -17,6 +17,7 @@ benchmark command that the page names beside each table:
     docs/bench/first_query.json     benchmarks/bench_first_query.py --json ... (a fresh server's first query)
     docs/bench/hybrid.json          benchmarks/bench_hybrid.py --json ...    (what is seen, said or both)
     docs/bench/cold_warm*.json      benchmarks/bench_cold_warm.py --seed S --json ... (the first look, per seed)
+    docs/bench/first_look_gpu.json  benchmarks/bench_cold_warm.py on a lent GPU, and where its first calls went
 
 A missing file leaves its section out. Re-run a benchmark with ``--json docs/bench/NAME.json``, then
 this script, and commit both.
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 from results_format import environment_line, mean_std
+from results_gpu import first_look_gpu_section
 from results_time import time_recipe_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -399,6 +401,7 @@ def results_page() -> str:
         if data:
             out += generic_section(title, script, data)
     out += cold_warm_section()
+    out += first_look_gpu_section(_load("first_look_gpu.json"))
     hybrid = _load("hybrid.json")
     if hybrid:
         out += hybrid_section(hybrid)
@@ -459,7 +462,9 @@ def cold_warm_section() -> list[str]:
         "| seed | sources, cold | index | cold | warm | stage 1 | cold / warm | warm / stage 1 | R1@0.7 | moment s / event s | nothing decoded |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for data in sorted(runs, key=lambda d: (d.get("args", {}).get("hd", False), d.get("args", {}).get("seed", 0))):
+    for data in sorted(
+        runs, key=lambda d: (d.get("args", {}).get("hd", False), d.get("args", {}).get("seed", 0))
+    ):
         a = data.get("args", {})
         seed = a.get("seed")
         how = (f"{a.get('videos')} × {a.get('min_s', 120):.0f}-{a.get('max_s', 300):.0f} s, "
