@@ -110,7 +110,10 @@ def _serve(conn, model: str, dtype: str, embed_dim: int, frame_size: int, nice: 
     except Exception as exc:  # the parent raises it: the same checkpoint loaded there a moment ago
         conn.send(("error", type(exc).__name__, str(exc)))
         return
-    conn.send(("ready", backbone.fingerprint))
+    try:
+        conn.send(("ready", backbone.fingerprint))
+    except OSError:  # the parent closed before this one was ready (an engine closed at once): nothing to say
+        return
     with torch.inference_mode():
         while True:
             try:

@@ -162,3 +162,11 @@ def test_searches_through_model_processes_answer_as_searches_in_one_process(
         assert sum(b.calls for b in backends) > before  # their query and refine frames ran there
     finally:
         one.close()
+
+
+def test_a_model_process_closed_before_it_is_ready_exits_quietly(backbone, tiny_world_checkpoint, capfd):
+    proc = ModelProcess(backbone, str(tiny_world_checkpoint)).start()
+    proc.close()  # at once: the child is still loading, and its "ready" meets a closed pipe
+    assert not proc.alive
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
