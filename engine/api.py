@@ -211,7 +211,8 @@ class Engine:
         through a search and every light-lane thread, so a user's first query meets no new shape
         and no new thread (measured cold, before this: 54-61 ms for the query's embedding against
         7-9 ms warm). Nothing on the CPU, where neither costs."""
-        texts = self.encoder.backbone.shape_texts(instruction=getattr(self.encoder, "instruction", None))
+        shape_texts = getattr(getattr(self.encoder, "backbone", None), "shape_texts", None)
+        texts = shape_texts(instruction=getattr(self.encoder, "instruction", None)) if shape_texts else []
         if not texts:
             return
         for text in texts:  # one at a time: a lone user's query is a batch of one
