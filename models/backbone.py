@@ -21,12 +21,10 @@ copied with ``non_blocking``, and the processor's rescale, normalisation and pat
 ``device`` argument), so the fp32 pixel values (~300 MB per call at K' = 128, L = 16 and 448²) are
 never built on the CPU. On the CPU nothing changes: the same processor calls on the same tensors.
 
-On CUDA a text-only prompt is also right-padded to a multiple of :data:`TEXT_PAD_MULTIPLE` tokens, so
-that queries take a few shapes rather than one per length: a shape a process has not run costs its
-first call tens of milliseconds there (measured on an H200 with the tiny backbone: a query's embedding
-54-61 ms the first time its length came, 7-9 ms again), and :meth:`Backbone.shape_texts` gives a
-warm-up one text per shape. Padding changes no embedding: the attention is causal, so no real token
-sees the padding, and the pooled token is the last real one.
+On CUDA a text-only prompt is also right-padded to a multiple of :data:`TEXT_PAD_MULTIPLE` tokens:
+queries take a few shapes, not one per length (a new shape's first call there took 77-86 ms against
+9-10 again on an H200), and :meth:`Backbone.shape_texts` gives a warm-up one text per shape. Padding
+changes no embedding: attention is causal, and the pooled token is the last real one.
 """
 
 from __future__ import annotations
