@@ -539,7 +539,9 @@ def load_cold_warm_section(data: dict | None) -> list[str]:
     args = data.get("args", {})
     flags = _flags(args, (
         ("--videos", "videos"), ("--clients", "clients"), ("--cascade-requests", "cascade_requests"),
-        *([("--requests", "requests")] if "every" in args.get("workloads", ["every"]) else []), ("--servers", "servers"), ("--workloads", "workloads"), ("--caches", "caches"),
+        *([("--requests", "requests")] if "every" in args.get("workloads", ["every"]) else []),
+        ("--stage1-requests", "stage1_requests"), ("--servers", "servers"), ("--workloads", "workloads"),
+        ("--caches", "caches"),
     ))  # fmt: skip
     out = [
         "## Cold beside warm under load",
