@@ -51,20 +51,8 @@ def test_bench_load_measures_every_level_cold_and_warm(tmp_path):
     from benchmarks.bench_load import main
 
     out = tmp_path / "load.json"
-    args = [
-        "--videos",
-        "2",
-        "--min-s",
-        "20",
-        "--max-s",
-        "30",
-        "--clients",
-        "1",
-        "2",
-        "--workloads",
-        "cascade",
-    ]
-    args += ["--servers", "batched", "--cascade-requests", "4", "--stage1-requests", "2", "--cap-s", "30"]
+    args = "--videos 2 --min-s 20 --max-s 30 --clients 1 2 --workloads cascade --servers batched".split()
+    args += "--cascade-requests 4 --stage1-requests 2 --cap-s 30".split()
     assert main([*args, "--caches", "both", "--workdir", str(tmp_path / "work"), "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["args"]["caches"] == "both"
@@ -92,22 +80,9 @@ def test_bench_quality_measures_stage_1_and_the_default_cold_and_warm(tmp_path):
     from benchmarks.bench_quality import main
 
     out = tmp_path / "quality.json"
-    args = [
-        "--seeds",
-        "0",
-        "--videos",
-        "2",
-        "--min-s",
-        "20",
-        "--max-s",
-        "30",
-        "--heavy",
-        "0",
-        "--shortlist",
-        "2",
-    ]
-    args += ["--motion-pairs", "0", "--order-pairs", "0", "--count-pairs", "0", "--count3-pairs", "0"]
-    args += ["--no-checkpoint-head", "--time-head", "none", "--workdir", str(tmp_path / "work")]
+    args = "--seeds 0 --videos 2 --min-s 20 --max-s 30 --heavy 0 --shortlist 2 --time-head none".split()
+    args += "--motion-pairs 0 --order-pairs 0 --count-pairs 0 --count3-pairs 0 --no-checkpoint-head".split()
+    args += ["--workdir", str(tmp_path / "work")]
     assert main([*args, "--json", str(out)]) == 0
     modes = json.loads(out.read_text())["per_seed"]["0"]
     timed = {m for m, row in modes.items() if "cold_p50_ms" in row}
