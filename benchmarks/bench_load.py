@@ -2,7 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py [--videos 32] [--clients 1 4 8 16]
         [--requests 32] [--cascade-requests 160] [--cap-s 45] [--rounds 1] [--shortlist 10] [--frames 32] [--stage1-requests 60]
-        [--servers single batched batched-one-process [batched-search-nice-0]] [--workdir DIR] [--json out.json]
+        [--servers single batched batched-one-process [batched-search-nice-0]] [--caches both|cold|warm]
+        [--workdir DIR] [--json out.json]
 
 What it does: renders (once, cached under --workdir) ``--videos`` shapes-world videos, indexes them
 one-shot with the shipped tiny-world backbone (``indexer build``), then starts ``qaslr serve`` on
@@ -28,13 +29,28 @@ and sends each of two workloads (``--workloads``):
                 count; queries are the corpus's own events (and its order / count queries), so the
                 cascade meets what it was built for
 
+Each level runs with the caches as ``--caches`` says (``both``, the default: cold, then warm, level
+by level):
+
+    cold        a fresh ``qaslr serve`` for the level (ready after its own warm-up; its frame cache
+                empty: in-process, Redis off), the level's requests in turns over the workload's right
+                videos, so that each targets a video no earlier request of the level touched while the
+                corpus has videos to spare; ``cold_share`` says how many did (a request is cold when
+                none of its right video and the videos its answer read, re-encoded or refined, was
+                named or read by a request sent before it, or by the server's warm-up)
+    warm        one server for every level, each query of the workload sent once before the levels;
+                ``cold_share`` counts the same way (the priming counted as touched)
+
+The JSON keeps them apart: ``cold_levels`` and ``levels`` (warm) per server and workload, each level
+and each row of ``rows`` with its ``caches``.
+
 For each server and workload:
 1. load at each ``--clients`` level: ``--requests`` requests per level (``--cascade-requests`` for the
    cascade, whose requests are ten times cheaper), each level capped at
    ``--cap-s`` seconds; req/s (answered 200s over the level's wall time), p50/p95 latency, and the
    status counts; with ``--rounds R`` the levels run in turn R times (a minute when the shared
    machine is busy moves one round), and each reports its median round's req/s beside every round's;
-2. stage 1 alone: ``--stage1-requests`` ``mode=indexed`` requests one at a time, p50/p95;
+2. stage 1 alone (on the warm server): ``--stage1-requests`` ``mode=indexed`` requests one at a time, p50/p95;
 3. stage 1 under load: the same while ``--load-clients`` rerank clients run; p95 and its ratio to (2).
 
 Each level also records the CPU it cost (Linux ``/proc``): the server's CPU seconds (its model
@@ -54,6 +70,7 @@ no 5xx. Nothing is asserted: a bad number is a result. ``--json`` writes every n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -86,7 +103,10 @@ def pct(values, q) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def build_index(work: Path, videos: int, min_s: float, max_s: float) -> tuple[Path, Path, list[str]]:
+def build_index(
+    work: Path, videos: int, min_s: float, max_s: float
+) -> tuple[Path, Path, list[tuple[str, str]]]:
+    """The tiny-world backbone, and the one-shot index of the corpus with its (query, right video) pairs."""
     from indexer import BuildOptions
     from indexer import build_index as build
     from training.backbone import tiny_world_checkpoint
@@ -107,7 +127,7 @@ def build_index(work: Path, videos: int, min_s: float, max_s: float) -> tuple[Pa
         report = build(corpus.manifest, index, BuildOptions(model=str(model), embedder="oneshot"))
         if report.has_failures or report.stopped:
             raise SystemExit(f"indexer build failed: {report.summary()}")
-    return model, index, [q for q, _ in corpus.queries()]
+    return model, index, corpus.queries()
 
 
 def Server(model: Path, index: Path, env: dict[str, str]) -> QaslrServe:
@@ -116,6 +136,7 @@ def Server(model: Path, index: Path, env: dict[str, str]) -> QaslrServe:
 
 
 def _post(client, body: dict) -> tuple[int, float, dict | None]:
+    """(status, wall ms, the answer when 200)."""
     import httpx
 
     t = time.perf_counter()
@@ -124,7 +145,44 @@ def _post(client, body: dict) -> tuple[int, float, dict | None]:
     except httpx.HTTPError:
         return -1, (time.perf_counter() - t) * 1e3, None
     ms = (time.perf_counter() - t) * 1e3
-    return r.status_code, ms, (r.json().get("timings_ms") if r.status_code == 200 else None)
+    return r.status_code, ms, (r.json() if r.status_code == 200 else None)
+
+
+def touched(answer: dict | None) -> set[str]:
+    """The videos whose source frames an answer read: those a heavy tier re-encoded, and those whose moment
+    was refined at the source's frame rate (the frame tier and the time head read only stored banks)."""
+    return {
+        r["video_id"]
+        for r in (answer or {}).get("results", [])
+        if r.get("tier") in ("oneshot", "head")
+        or (((r.get("evidence") or {}).get("moment") or {}).get("source") == "refined")
+    }
+
+
+def cold_share(targets: list[set[str]], before: set[str] = frozenset()) -> float:
+    """The share of requests (in the order sent) none of whose target videos an earlier request, or what
+    ran ``before`` the level, touched: a request's targets are its right video (when the workload has one)
+    and the videos its answer read (:func:`touched`); every request sent earlier counts, answered or not."""
+    seen, cold = set(before), 0
+    for target in targets:
+        cold += not (target & seen)
+        seen |= target
+    return cold / len(targets) if targets else float("nan")
+
+
+def _pair(query) -> tuple[str, str | None]:
+    """A query as (text, right video or None): QUERIES are texts, the corpus's queries pairs."""
+    return (query, None) if isinstance(query, str) else (query[0], query[1])
+
+
+def cold_order(pairs: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """The queries in turns over their right videos (each video's first query, then each one's second, ...):
+    the first requests of a level then target videos no earlier request named."""
+    by_video: dict = {}
+    for query, right in pairs:
+        by_video.setdefault(right if right is not None else query, []).append((query, right))
+    turns = max((len(v) for v in by_video.values()), default=0)
+    return [v[t] for t in range(turns) for v in by_video.values() if t < len(v)]
 
 
 class CpuMeter:
@@ -178,7 +236,9 @@ class CpuMeter:
 def load_level(
     url: str, body: dict, clients: int, requests: int, cap_s: float, pid: int | None = None, queries=QUERIES
 ) -> dict:
-    """``requests`` rerank requests from ``clients`` concurrent clients (stopping at ``cap_s``)."""
+    """``requests`` rerank requests from ``clients`` concurrent clients (stopping at ``cap_s``), request i
+    the query ``queries[i % len(queries)]`` (a text, or a (text, right video) pair); ``targets``: each
+    request's target videos in the order sent (see :func:`cold_share`)."""
     import httpx
 
     meter = CpuMeter(pid)
@@ -187,6 +247,8 @@ def load_level(
     lock = threading.Lock()
     stop = time.perf_counter() + cap_s
     latencies, statuses, timings = [], Counter(), []
+    pairs = [_pair(q) for q in queries]
+    targets: dict[int, set[str]] = {}  # request i (the order sent) -> its right video and what it read
 
     def worker(k: int) -> None:
         with httpx.Client(base_url=url, timeout=cap_s + 60) as c:
@@ -195,12 +257,14 @@ def load_level(
                     i = next(todo, None)
                 if i is None:
                     return
-                status, ms, t = _post(c, {**body, "query": queries[i % len(queries)] + f" #{i}"})
+                query, right = pairs[i % len(pairs)]
+                status, ms, answer = _post(c, {**body, "query": query + f" #{i}"})
                 with lock:
                     statuses[status] += 1
+                    targets[i] = touched(answer) | ({right} if right else set())
                     if status == 200:
                         latencies.append(ms)
-                        timings.append(t)
+                        timings.append(answer["timings_ms"])
                 if status == 429:
                     time.sleep(0.05)
 
@@ -217,6 +281,7 @@ def load_level(
         "p95_ms": pct(latencies, 95),
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "wall_s": wall,
+        "targets": [targets[i] for i in sorted(targets)],  # for cold_share, then dropped
         "mean_timings_ms": mean,
         "latencies_ms": latencies,
         **cpu,
@@ -257,7 +322,9 @@ def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: fl
         with httpx.Client(base_url=url, timeout=cap_s + 60) as c:
             i = 0
             while not done.is_set():
-                status, _, _ = _post(c, {**body, "query": queries[(k + i) % len(queries)] + f" L{k}.{i}"})
+                status, _, _ = _post(
+                    c, {**body, "query": _pair(queries[(k + i) % len(queries)])[0] + f" L{k}.{i}"}
+                )
                 with lock:
                     statuses[status] += 1
                 i += 1
@@ -275,6 +342,8 @@ def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: fl
     out["load_statuses"] = {str(k): v for k, v in sorted(statuses.items())}
     return out
 
+
+CACHES = (("cold_levels", "cold"), ("levels", "warm"))  # where run_server keeps each one's levels
 
 SERVERS = {  # name -> the server's environment beside the common one
     "single": {"QASLR_BATCHING": "0"},
@@ -298,7 +367,8 @@ def pool_rounds(levels: list[dict]) -> dict:
     statuses = Counter()
     for lv in levels:
         statuses.update(lv["statuses"])
-    keys = ("req_per_s", "server_cpu_s_per_req", "server_cores", "client_cores", "other_cores", "capacity")
+    keys = ("req_per_s", "server_cpu_s_per_req", "server_cores", "client_cores", "other_cores", "capacity",
+            "cold_share")  # fmt: skip
     timing_keys = levels[0]["mean_timings_ms"].keys()
     return {
         **levels[0],
@@ -315,49 +385,100 @@ def pool_rounds(levels: list[dict]) -> dict:
     }
 
 
+def _level_line(name: str, caches: str, c: int, r: int, args, level: dict) -> str:
+    return (
+        f"[{name}] {caches} {c:>2} clients{f' (round {r + 1})' if args.rounds > 1 else ''}: "
+        f"{level['req_per_s']:.2f} req/s  p50 {level['p50_ms']:.0f} ms  p95 {level['p95_ms']:.0f} ms  "
+        f"{level['statuses']}  cold share {level['cold_share']:.2f}  server {level['server_cpu_s_per_req']:.2f} "
+        f"CPU s/req on {level['server_cores']:.2f} cores (the clients: {level['client_cores']:.2f}, other "
+        f"processes: {level['other_cores']:.2f} cores; the cores give {level['capacity']:.2f}x one)"
+    )
+
+
+def measured_level(url: str, pid: int, body: dict, clients: int, requests: int, args, queries) -> dict:
+    """One load level, with what the machine's cores gave just before it (the server idle)."""
+    capacity = parallel_capacity()
+    level = load_level(url, body, clients, requests, args.cap_s, pid=pid, queries=queries)
+    level["capacity"] = capacity["ratio"]
+    return level
+
+
+def cold_level(
+    model: Path, index: Path, env: dict, args, body: dict, clients: int, requests: int, queries
+) -> dict:
+    """One load level cold: a fresh ``qaslr serve`` (its caches empty: the in-process frame cache, Redis off;
+    ready after its own warm-up), the requests in turns over their right videos (:func:`cold_order`), so
+    each targets a video no earlier request touched while the level has videos to spare (``cold_share``
+    says how many did; the videos the server's warm-up read count as touched before the level)."""
+    import httpx
+
+    from engine.api import WARM_UP_REQUEST
+
+    server = Server(model, index, env)
+    with server as url:
+        level = measured_level(url, server.proc.pid, body, clients, requests, args, cold_order(queries))
+        with httpx.Client(base_url=url, timeout=120) as c:  # after the level: what the warm-up had read
+            _, _, answer = _post(c, dict(WARM_UP_REQUEST))
+    level["cold_share"] = cold_share(level.pop("targets"), touched(answer))
+    return {**level, "caches": "cold"}
+
+
 def run_server(name: str, model: Path, index: Path, env: dict, args, workload: str, queries) -> dict:
+    """One server and workload: each level warm (one server for every level, each query of the workload sent
+    once before them, then stage 1 alone and under load) and / or cold (a fresh server per level:
+    :func:`cold_level`), as ``--caches`` says; with both, a level cold then the same level warm, in turn."""
+    import httpx
+
     body = {"mode": "rerank", "top_k": 10, "shortlist": args.shortlist, "frames": args.frames}
     if workload == "every":
         body["heavy"] = args.shortlist
-    print(f"\n[{name}] starting qaslr serve", flush=True)
-    server = Server(model, index, env)
-    with server as url:
-        import httpx
-
-        for q in queries[:2]:  # warm the frame cache's first misses and lazy allocations
-            httpx.post(url + "/search", json={**body, "query": q + " warm-up"}, timeout=120)
-        requests = args.cascade_requests if workload == "cascade" else args.requests
-        rounds: dict[int, list[dict]] = {c: [] for c in args.clients}
+    caches = ["cold", "warm"] if args.caches == "both" else [args.caches]
+    requests = args.cascade_requests if workload == "cascade" else args.requests
+    rounds: dict[str, dict[int, list[dict]]] = {k: {c: [] for c in args.clients} for k in caches}
+    out: dict = {}
+    with contextlib.ExitStack() as stack:
+        if "warm" in caches:
+            print(f"\n[{name}] starting qaslr serve (warm: every query of the workload once before the levels)",
+                  flush=True)  # fmt: skip
+            server = Server(model, index, env)
+            url = stack.enter_context(server)
+            primed: set[str] = set()
+            with httpx.Client(base_url=url, timeout=120) as c:
+                for query, right in map(_pair, queries):  # each request's target touched before the levels
+                    answer = _post(c, {**body, "query": query + " warm-up"})[2]
+                    primed |= touched(answer) | ({right} if right else set())
         for r in range(args.rounds):  # the levels in turn, round after round (see pool_rounds)
             for c in args.clients:
-                capacity = parallel_capacity()  # what the machine's cores give right now (idle server)
-                level = load_level(url, body, c, requests, args.cap_s, pid=server.proc.pid, queries=queries)
-                level["capacity"] = capacity["ratio"]
-                print(
-                    f"[{name}] {c:>2} clients{f' (round {r + 1})' if args.rounds > 1 else ''}: "
-                    f"{level['req_per_s']:.2f} req/s  p50 {level['p50_ms']:.0f} ms  p95 {level['p95_ms']:.0f} ms  "
-                    f"{level['statuses']}  server {level['server_cpu_s_per_req']:.2f} CPU s/req on "
-                    f"{level['server_cores']:.2f} cores (the clients: {level['client_cores']:.2f}, other processes: "
-                    f"{level['other_cores']:.2f} cores; the cores give {capacity['ratio']:.2f}x one)",
-                    flush=True,
-                )
-                rounds[c].append(level)
-        out = {"levels": [pool_rounds(rounds[c]) for c in args.clients]}
-        out["stage1_alone"] = stage1(url, body, args.stage1_requests, args.cap_s)
-        out["stage1_loaded"] = stage1_under_load(
-            url, body, args.load_clients, args.stage1_requests, args.cap_s, queries=queries
+                for kind in caches:
+                    if kind == "cold":
+                        level = cold_level(model, index, env, args, body, c, requests, queries)
+                    else:
+                        level = measured_level(url, server.proc.pid, body, c, requests, args, queries)
+                        level["cold_share"] = cold_share(level.pop("targets"), primed)
+                        level["caches"] = "warm"
+                    print(_level_line(name, kind, c, r, args, level), flush=True)
+                    rounds[kind][c].append(level)
+        for kind in caches:
+            out["levels" if kind == "warm" else "cold_levels"] = [
+                pool_rounds(rounds[kind][c]) for c in args.clients
+            ]
+        if "warm" in caches:
+            out["stage1_alone"] = stage1(url, body, args.stage1_requests, args.cap_s)
+            out["stage1_loaded"] = stage1_under_load(
+                url, body, args.load_clients, args.stage1_requests, args.cap_s, queries=queries
+            )
+            metrics = httpx.get(url + "/metrics").text
+            out["metrics_lines"] = [
+                line
+                for line in metrics.splitlines()
+                if line.startswith(("qaslr_batch_", "qaslr_queue_seconds"))
+                and ("_sum" in line or "_count" in line)
+            ]
+    if "warm" in caches:
+        a, b = out["stage1_alone"], out["stage1_loaded"]
+        print(
+            f"[{name}] stage 1 alone p95 {a['p95_ms']:.0f} ms; under {args.load_clients} rerank clients p95 {b['p95_ms']:.0f} ms"
         )
-        metrics = httpx.get(url + "/metrics").text
-        out["metrics_lines"] = [
-            line
-            for line in metrics.splitlines()
-            if line.startswith(("qaslr_batch_", "qaslr_queue_seconds"))
-            and ("_sum" in line or "_count" in line)
-        ]
-    a, b = out["stage1_alone"], out["stage1_loaded"]
-    print(
-        f"[{name}] stage 1 alone p95 {a['p95_ms']:.0f} ms; under {args.load_clients} rerank clients p95 {b['p95_ms']:.0f} ms"
-    )
     return out
 
 
@@ -393,6 +514,12 @@ def main(argv=None) -> int:
     )  # fmt: skip
     p.add_argument("--workloads", nargs="+", choices=["every", "cascade"], default=["every", "cascade"],
                    help="every candidate re-encoded, and/or the default cascade (see above)")  # fmt: skip
+    p.add_argument(
+        "--caches", choices=["cold", "warm", "both"], default="both",
+        help="cold: a fresh server per level, each request on a video no earlier one touched while there are "
+        "videos to spare; warm: one server, every query sent once before the levels; both: each level cold, "
+        "then warm",
+    )  # fmt: skip
     p.add_argument("--workdir", default=None, help="cache for the corpus, checkpoint and index")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -409,6 +536,9 @@ def main(argv=None) -> int:
         "QASLR_REQUEST_TIMEOUT_S": "120",
         "QASLR_MAX_FRAMES": str(max(args.frames, 32)),
         "QASLR_DEFAULT_FRAMES": str(args.frames),
+        # the in-process frame cache, never a Redis a restart would not empty (cold: a fresh server per level)
+        "REDIS_URL": "",
+        "QASLR_REDIS_URL": "",
     }
     labels = {"every": "every candidate re-encoded", "cascade": "the default cascade"}
     results = {
@@ -426,44 +556,58 @@ def main(argv=None) -> int:
     print(
         f"\n{args.videos} videos (+ 2 order and 2 count pairs), R = {args.shortlist}, K' = {args.frames}, {os.cpu_count()} CPUs, load average {load}"
     )
-    print(f"{'':<40}" + "".join(f"{c:>8} cl req/s p50/p95 ms".rjust(30) for c in args.clients))
+    print(
+        f"{'caches: cold / warm':<48}"
+        + "".join(f"{c:>8} cl req/s p50/p95 ms, cold share".rjust(42) for c in args.clients)
+    )
     for name, res in results.items():
-        cells = [
-            f"{lv['req_per_s']:.2f} {lv['p50_ms']:.0f}/{lv['p95_ms']:.0f}".rjust(30) for lv in res["levels"]
-        ]
-        print(f"{name:<40}" + "".join(cells))
+        for key, caches in CACHES:
+            cells = [
+                f"{lv['req_per_s']:.2f} {lv['p50_ms']:.0f}/{lv['p95_ms']:.0f}, {lv['cold_share']:.2f}".rjust(
+                    42
+                )
+                for lv in res.get(key, [])
+            ]
+            if cells:
+                print(f"{name + ', ' + caches:<48}" + "".join(cells))
     notes = []
     for name, res in results.items():
-        levels = {lv["clients"]: lv for lv in res["levels"]}
-        one, eight = levels.get(1), levels.get(8)
-        speedup = (
-            eight["req_per_s"] / one["req_per_s"] if one and eight and one["req_per_s"] else float("nan")
-        )
-        per_round = (
-            [e / o for o, e in zip(one["rounds_req_per_s"], eight["rounds_req_per_s"], strict=True) if o]
-            if one and eight
-            else []
-        )
-        a, b = res["stage1_alone"]["p95_ms"], res["stage1_loaded"]["p95_ms"]
-        counted = [lv["statuses"] for lv in res["levels"]]  # every level, and the stage-1 phases
-        counted += [res["stage1_alone"]["statuses"], res["stage1_loaded"]["statuses"]]
-        counted.append(res["stage1_loaded"].get("load_statuses", {}))
+        summary, said = {}, []
+        for key, caches in CACHES:
+            if key not in res:
+                continue
+            levels = {lv["clients"]: lv for lv in res[key]}
+            one, eight = levels.get(1), levels.get(8)
+            speedup = (
+                eight["req_per_s"] / one["req_per_s"] if one and eight and one["req_per_s"] else float("nan")
+            )
+            per_round = (
+                [e / o for o, e in zip(one["rounds_req_per_s"], eight["rounds_req_per_s"], strict=True) if o]
+                if one and eight
+                else []
+            )
+            capacity = [lv.get("capacity") for lv in (one, eight) if lv and lv.get("capacity")]
+            prefix = "" if caches == "warm" else "cold_"
+            summary |= {f"{prefix}speedup_8_vs_1": speedup, f"{prefix}speedup_8_vs_1_rounds": per_round}
+            spread = f", rounds {min(per_round):.2f}-{max(per_round):.2f}x" if len(per_round) > 1 else ""
+            said.append(
+                f"{caches}: 8 vs 1 clients {speedup:.2f}x{spread} (the cores gave "
+                + " and ".join(f"{c:.2f}x" for c in capacity)
+                + " one, before those levels)"
+            )
+        counted = [lv["statuses"] for key, _ in CACHES for lv in res.get(key, [])]  # every level, stage 1
+        if "stage1_alone" in res:
+            a, b = res["stage1_alone"]["p95_ms"], res["stage1_loaded"]["p95_ms"]
+            counted += [res["stage1_alone"]["statuses"], res["stage1_loaded"]["statuses"]]
+            counted.append(res["stage1_loaded"].get("load_statuses", {}))
+            summary["stage1_p95_ratio"] = b / a if a else float("nan")
+            said.append(
+                f"stage-1 p95 alone {a:.0f} ms, under {args.load_clients} rerank clients {b:.0f} ms ({b / a:.1f}x)"
+            )
         five = sum(v for st in counted for k, v in st.items() if k.startswith("5"))
-        capacity = [lv.get("capacity") for lv in (one, eight) if lv and lv.get("capacity")]
-        res["summary"] = {
-            "speedup_8_vs_1": speedup,
-            "speedup_8_vs_1_rounds": per_round,
-            "stage1_p95_ratio": b / a if a else float("nan"),
-            "5xx": five,
-        }
-        spread = f", rounds {min(per_round):.2f}-{max(per_round):.2f}x" if len(per_round) > 1 else ""
-        notes.append(
-            f"{name}: 8 vs 1 clients {speedup:.2f}x{spread} (the cores gave "
-            + " and ".join(f"{c:.2f}x" for c in capacity)
-            + f" one, before those levels); stage-1 p95 alone {a:.0f} ms, under {args.load_clients} "
-            f"rerank clients {b:.0f} ms ({b / a:.1f}x); 5xx: {five}"
-        )
-        print(f"{notes[-1]}; statuses per level: {[lv['statuses'] for lv in res['levels']]}")
+        res["summary"] = {**summary, "5xx": five}
+        notes.append(f"{name}: " + "; ".join(said) + f"; 5xx: {five}")
+        print(f"{notes[-1]}; statuses (each level, then stage 1): {counted}")
     if args.json:
         from benchmarks.provenance import environment, recorded_args
 
@@ -480,43 +624,51 @@ def main(argv=None) -> int:
 
 
 def table_rows(results: dict, load_clients: int) -> list[dict]:
-    """One flat row per (server, load) for docs/results.md (scripts/results.py): the rerank levels,
-    then stage 1 alone and under rerank load."""
+    """One flat row per (server, caches, load) for docs/results.md (scripts/results.py): the rerank levels
+    (cold, then warm), then stage 1 alone and under rerank load (on the warm server)."""
     rows = []
     for name, res in results.items():
-        for lv in res["levels"]:
-            rows.append(
-                {
-                    "server": name,
-                    "load": f"{lv['clients']} clients",
-                    "req_per_s": lv["req_per_s"],
-                    "p50_ms": lv["p50_ms"],
-                    "p95_ms": lv["p95_ms"],
-                    "5xx": sum(v for k, v in lv["statuses"].items() if k.startswith("5")),
-                    "cpu_s_per_req": lv.get("server_cpu_s_per_req"),
-                    "server_cores": lv.get("server_cores"),
-                    "client_cores": lv.get("client_cores"),
-                    "other_cores": lv.get("other_cores"),
-                    "capacity": lv.get("capacity"),
-                }
-            )
+        for key, caches in CACHES:
+            for lv in res.get(key, []):
+                rows.append(
+                    {
+                        "server": name,
+                        "caches": caches,
+                        "load": f"{lv['clients']} clients",
+                        "req_per_s": lv["req_per_s"],
+                        "p50_ms": lv["p50_ms"],
+                        "p95_ms": lv["p95_ms"],
+                        "cold_share": lv.get("cold_share"),
+                        "5xx": sum(v for k, v in lv["statuses"].items() if k.startswith("5")),
+                        "cpu_s_per_req": lv.get("server_cpu_s_per_req"),
+                        "server_cores": lv.get("server_cores"),
+                        "client_cores": lv.get("client_cores"),
+                        "other_cores": lv.get("other_cores"),
+                        "capacity": lv.get("capacity"),
+                    }
+                )
         for key, load in (
             ("stage1_alone", "stage 1 alone"),
             ("stage1_loaded", f"stage 1, {load_clients} rerank clients"),
         ):
+            if key not in res:
+                continue
             st = res[key]
             statuses = [*st["statuses"].items(), *st.get("load_statuses", {}).items()]  # probes and load
             five = sum(v for k, v in statuses if k.startswith("5"))
             rows.append(
                 {
                     "server": name,
+                    "caches": "warm",
                     "load": load,
                     "req_per_s": None,
                     "p50_ms": st["p50_ms"],
                     "p95_ms": st["p95_ms"],
+                    "cold_share": None,
                     "5xx": five,
                     "cpu_s_per_req": None,
                     "server_cores": None,
+                    "client_cores": None,
                     "other_cores": None,
                     "capacity": None,
                 }

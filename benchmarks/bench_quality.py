@@ -3,7 +3,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py [--seeds 0 1 2]
         [--heavy 1 2 3] [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
         [--conditioning none] [--videos 32] [--motion-pairs 7] [--order-pairs 5] [--count-pairs 3]
-        [--count3-pairs 3] [--time-singles 8] [--frames 32] [--shortlist 10] [--workdir DIR] [--json F]
+        [--count3-pairs 3] [--time-singles 8] [--frames 32] [--shortlist 10] [--no-cold] [--workdir DIR]
+        [--json F]
 
 Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
 videos (2-5 min, random size, aspect ratio, fps 4-8, H.264 / MPEG-4 / VP9 in mp4 / avi / webm /
@@ -46,7 +47,14 @@ and reports, mean ± std over the seeds:
   and, with early exit, the share of queries whose top-1 equals the full-stream top-1 (Prop. 3);
 - the median latency per query, the median stage-2 ranking cost per query (the frame tier,
   selection, decode, encode) and the median cost of the moments (the rule and its refinement at the
-  source's frame rate), and a second table of the median time per stage.
+  source's frame rate), and a second table of the median time per stage. That latency (``p50 ms``) is
+  one pass over the queries on an engine of the mode's own, not warmed up, each query's video first
+  met in that pass (neither cold nor warm: see ``--cold``);
+- cold beside warm (``--cold``, on by default; ``--no-cold`` skips it), for stage 1 and the default
+  cascade: the engine warmed up as ``qaslr serve`` warms up before ready, then each query **cold** (the
+  frame cache emptied just before, as benchmarks/bench_cold_warm.py empties it, on a video no earlier
+  query touched) and **warm** (the same query again at once); ``cold_p50_ms`` and ``warm_p50_ms`` in
+  the JSON, each query's ms in ``cold_warm_ms``.
 Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
 """
 
@@ -119,6 +127,7 @@ class Mode:
     exit_threshold: float | None = None
     full_twin: str | None = None  # mode whose top-1 this one is compared with (early exit)
     bank: int | None = None  # the index's frame-bank cap (None: BuildOptions' default)
+    cold: bool = False  # --cold: also measure it cold beside warm (stage 1 and the default)
 
 
 def covers(moment, start: float, end: float, slack: float = 1.0) -> bool:
@@ -189,17 +198,50 @@ def build(
     }
 
 
+def request_for(query: str, mode: Mode, args) -> dict:
+    """The search request of ``mode`` for ``query`` (what every pass over the queries sends)."""
+    return {
+        "query": query, "mode": mode.search, "top_k": args.shortlist, "shortlist": args.shortlist,
+        "frames": args.frames, "exit_threshold": mode.exit_threshold, **dict(mode.request),
+    }  # fmt: skip
+
+
+def cold_warm(engine, queries, mode: Mode, args) -> dict:
+    """``--cold``: each query cold, then warm, on ``engine`` once warmed up (``Engine.warm_up``, as
+    ``qaslr serve`` runs it before ready). *cold*: its frame cache emptied just before
+    (benchmarks/bench_cold_warm.py's ``clear``), on a video no earlier query of this pass touched (the
+    single-event corpus has one query a video; ``cold_untouched`` is the share whose right video no earlier
+    query named); *warm*: the same query again at once. Wall ms around ``Engine.search_sync``."""
+    from benchmarks.bench_cold_warm import clear  # here, not at the top: bench_cold_warm imports this module
+
+    engine.warm_up()
+    ms: dict[str, list[float]] = {"cold": [], "warm": []}
+    seen, untouched = set(), []
+    for query, right in queries:
+        untouched.append(right not in seen)
+        seen.add(right)
+        clear(engine.cache)
+        for kind in ("cold", "warm"):
+            t = time.perf_counter()
+            engine.search_sync(request_for(query, mode, args))
+            ms[kind].append((time.perf_counter() - t) * 1e3)
+    cold, warm = (float(np.median(ms[k])) for k in ("cold", "warm"))
+    return {
+        "cold_p50_ms": cold,
+        "warm_p50_ms": warm,
+        "cold_over_warm": cold / warm if warm else float("nan"),
+        "cold_untouched": float(np.mean(untouched)),
+        "cold_warm_ms": {k: [round(x, 1) for x in v] for k, v in ms.items()},
+    }
+
+
 def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
     """Metrics of one mode over single-event queries, and each query's (top-1 id, v_ij of the right video)."""
     rows: dict[str, list[float]] = {k: [] for k, _, _ in METRICS}
     lens, seen, stages = [], {}, {}
     for query, right in queries:
-        request = {
-            "query": query, "mode": mode.search, "top_k": args.shortlist, "shortlist": args.shortlist,
-            "frames": args.frames, "exit_threshold": mode.exit_threshold, **dict(mode.request),
-        }  # fmt: skip
         t = time.perf_counter()
-        result = engine.search_sync(request)
+        result = engine.search_sync(request_for(query, mode, args))
         rows["latency_ms"].append((time.perf_counter() - t) * 1e3)
         rows["stage2_ms"].append(sum(result.timings_ms.get(k, 0.0) for k in STAGE2))
         rows["moments_ms"].append(sum(result.timings_ms.get(k, 0.0) for k in MOMENTS))
@@ -288,7 +330,7 @@ def no_match(engine, corpus, args) -> dict:
 def modes_for(args) -> list[Mode]:
     r = args.shortlist
     modes = [
-        Mode("stage 1 (uniform single-round)", "oneshot", "indexed"),
+        Mode("stage 1 (uniform single-round)", "oneshot", "indexed", cold=True),
         Mode("frame tier", "oneshot", "frames"),
     ]
     for c in args.conditioning:
@@ -314,7 +356,7 @@ def modes_for(args) -> list[Mode]:
                         (("heavy", h),),
                     )
                 )
-        modes.append(Mode(f"cascade, the default{text}", "oneshot", "rerank", cond))
+        modes.append(Mode(f"cascade, the default{text}", "oneshot", "rerank", cond, cold=True))
     if args.legacy_bank:  # the bank policy before: at most --legacy-bank frames per video
         cap = args.legacy_bank
         modes.append(Mode(f"frame tier, bank <= {cap} (before)", "oneshot", "frames", bank=cap))
@@ -393,6 +435,8 @@ def one_seed(seed: int, args, model: Path) -> dict:
                 row = results.setdefault(mode.name, {})
                 if name == "single":
                     metrics, seen = run_queries(engine, single.queries("single"), single.by_id(), mode, args)
+                    if args.cold and mode.cold:
+                        metrics.update(cold_warm(engine, single.queries("single"), mode, args))
                     if mode.search == "frames":  # relevance does not depend on the mode: measured once
                         metrics.update(no_match(engine, single, args))
                     row.update(metrics)
@@ -469,6 +513,11 @@ def main(argv=None) -> int:
         help="a time head (`qaslr train-time-head`) for the order and count queries: one row (default: the "
         "shipped training/tiny_world/time_head with the tiny-world backbone; 'none': no row)",
     )  # fmt: skip
+    p.add_argument(
+        "--cold", action=argparse.BooleanOptionalAction, default=True,
+        help="stage 1 and the default: each query also cold (frame cache emptied, a video no earlier query "
+        "touched) and warm (the same query again), p50 of each; --no-cold skips it (2 searches a query)",
+    )  # fmt: skip
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
@@ -514,6 +563,23 @@ def main(argv=None) -> int:
         rows = [per_seed[s][mode] for s in args.seeds]
         cells = [fmt([r.get(k, float("nan")) for r in rows], pct) for k, _, pct in shown]
         print(f"| {mode} | " + " | ".join(cells) + " |")
+    timed_modes = [m for m in modes if any("cold_p50_ms" in per_seed[s].get(m, {}) for s in args.seeds)]
+    if timed_modes:
+        print(
+            "\ncold beside warm (--cold), p50 ms, mean ± std over seeds: cold = the engine warmed up, its frame "
+            "cache emptied, a video no earlier query touched; warm = the same query again at once; "
+            "one pass = the table above (each video first met in that pass, the engine not warmed up)"
+        )
+        print(
+            "| mode | cold p50 ms | warm p50 ms | cold / warm | one pass p50 ms | cold on an untouched video % |"
+        )
+        print("|---|---|---|---|---|---|")
+        for mode in timed_modes:
+            rows = [per_seed[s][mode] for s in args.seeds]
+            cells = [fmt([r.get(k, float("nan")) for r in rows], pct) for k, pct in (
+                ("cold_p50_ms", False), ("warm_p50_ms", False), ("cold_over_warm", False),
+                ("latency_ms", False), ("cold_untouched", True))]  # fmt: skip
+            print(f"| {mode} | " + " | ".join(cells) + " |")
     print(
         "\nwhere the time goes: median ms per query and stage (the searcher's own timings), mean over seeds"
     )

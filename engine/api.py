@@ -41,6 +41,8 @@ __all__ = ["Engine"]
 logger = logging.getLogger(__name__)
 
 WARM_UP_QUERY = "warm-up query"  # any text: its answer is thrown away
+# the search Engine.warm_up runs (every stage the default search takes, the heavy tier on one candidate)
+WARM_UP_REQUEST = {"query": WARM_UP_QUERY, "mode": "rerank", "top_k": 1, "shortlist": 1, "heavy": 1}
 
 
 class Engine:
@@ -197,9 +199,7 @@ class Engine:
         if len(self.index) == 0:
             self.encoder.embed_queries([WARM_UP_QUERY])
         else:
-            self.searcher.search(
-                {"query": WARM_UP_QUERY, "mode": "rerank", "top_k": 1, "shortlist": 1, "heavy": 1}
-            )
+            self.searcher.search(dict(WARM_UP_REQUEST))
         self._warm_query_shapes()
         seconds = time.perf_counter() - t0
         logger.info("warmed up in %.2f s", seconds)

@@ -18,6 +18,8 @@ benchmark command that the page names beside each table:
     docs/bench/hybrid.json          benchmarks/bench_hybrid.py --json ...    (what is seen, said or both)
     docs/bench/cold_warm*.json      benchmarks/bench_cold_warm.py --seed S --json ... (the first look, per seed)
     docs/bench/first_look_gpu.json  benchmarks/bench_cold_warm.py on a lent GPU, and where its first calls went
+    docs/bench/quality_cold_warm.json benchmarks/bench_quality.py --seeds 0 --videos 12 ... (cold beside warm)
+    docs/bench/load_cold_warm.json  benchmarks/bench_load.py --caches both ... (cold beside warm, under load)
 
 A missing file leaves its section out. Re-run a benchmark with ``--json docs/bench/NAME.json``, then
 this script, and commit both.
@@ -402,6 +404,8 @@ def results_page() -> str:
             out += generic_section(title, script, data)
     out += cold_warm_section()
     out += first_look_gpu_section(_load("first_look_gpu.json"))
+    out += quality_cold_warm_section(_load("quality_cold_warm.json"))
+    out += load_cold_warm_section(_load("load_cold_warm.json"))
     hybrid = _load("hybrid.json")
     if hybrid:
         out += hybrid_section(hybrid)
@@ -478,6 +482,97 @@ def cold_warm_section() -> list[str]:
             )
     env = environment_line(runs[0])
     return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
+
+
+def _flags(args: dict, flags) -> str:
+    """The command-line flags of ``args`` a run was made with, as (flag, key) pairs say."""
+    parts = []
+    for flag, key in flags:
+        value = args.get(key)
+        if isinstance(value, list):
+            parts.append(f"{flag} " + " ".join(str(v) for v in value))
+        elif value is True:
+            parts.append(flag)
+        elif value is not None and value is not False:
+            parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return " ".join(parts)
+
+
+def quality_cold_warm_section(data: dict | None) -> list[str]:
+    """benchmarks/bench_quality.py --cold: stage 1 and the default cold beside warm."""
+    if not data:
+        return []
+    per_seed = data["per_seed"]
+    modes = [m for m in _modes(per_seed) if any("cold_p50_ms" in per_seed[s].get(m, {}) for s in per_seed)]
+    if not modes:
+        return []
+    args = data.get("args", {})
+    # a time head recorded as none was asked for as none (the shipped one is recorded by its folder's name)
+    flags = _flags({**args, "time_head": args.get("time_head") or "none"}, (
+        ("--seeds", "seeds"), ("--videos", "videos"), ("--min-s", "min_s"), ("--max-s", "max_s"), ("--heavy", "heavy"), ("--motion-pairs", "motion_pairs"),
+        ("--order-pairs", "order_pairs"), ("--count-pairs", "count_pairs"), ("--count3-pairs", "count3_pairs"),
+        ("--time-head", "time_head"), ("--no-checkpoint-head", "no_checkpoint_head"),
+    ))  # fmt: skip
+    out = [
+        "## Cold beside warm: the quality run's stage 1 and default",
+        "",
+        f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py {flags}` (`--cold` is on by default) — "
+        f"one query a video of {args.get('min_s', 120):g}-{args.get('max_s', 300):g} s, on the mode's engine warmed up as `qaslr serve` warms up before ready; "
+        "*cold*: its frame cache emptied just before the query, on a video no earlier query touched; *warm*: the "
+        "same query again at once; *one pass*: the quality table's p50 (the engine not warmed up, each video "
+        "first met in that pass). p50 ms, mean ± std over seeds.",
+        "",
+        "| mode | cold p50 ms | warm p50 ms | cold / warm | one pass p50 ms | Hit@1 % | R1@0.7 % | cold on an untouched video % |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mode in modes:
+        rows = [per_seed[s][mode] for s in per_seed]
+        cells = [mean_std([r.get(k, float("nan")) for r in rows], pct) for k, pct in (
+            ("cold_p50_ms", False), ("warm_p50_ms", False), ("cold_over_warm", False), ("latency_ms", False),
+            ("hit@1", True), ("r1@0.7", True), ("cold_untouched", True))]  # fmt: skip
+        out.append(f"| {mode} | " + " | ".join(cells) + " |")
+    env = environment_line(data)
+    return [*out, "", *([f"Environment: {env}.", ""] if env else [])]
+
+
+def load_cold_warm_section(data: dict | None) -> list[str]:
+    """benchmarks/bench_load.py --caches both: each load level cold beside warm."""
+    if not data:
+        return []
+    args = data.get("args", {})
+    flags = _flags(args, (
+        ("--videos", "videos"), ("--clients", "clients"), ("--cascade-requests", "cascade_requests"),
+        *([("--requests", "requests")] if "every" in args.get("workloads", ["every"]) else []),
+        ("--stage1-requests", "stage1_requests"), ("--servers", "servers"), ("--workloads", "workloads"),
+        ("--caches", "caches"),
+    ))  # fmt: skip
+    out = [
+        "## Cold beside warm under load",
+        "",
+        f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_load.py {flags}` — *cold*: a fresh `qaslr serve` "
+        "per level (ready after its own warm-up, its frame cache empty), the requests in turns over the corpus's "
+        "videos; *warm*: one server for every level, each query sent once before the levels. *cold share*: the "
+        "share of the cold level's requests none of whose videos (the right one, those its answer refined or "
+        "re-encoded) a request sent before it, or the server's warm-up, had touched.",
+        "",
+        "| server, workload | clients | req/s cold | req/s warm | p50 ms cold | p50 ms warm | p95 ms cold | p95 ms warm | cold share | 5xx |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, res in data.get("results", {}).items():
+        warm = {lv["clients"]: lv for lv in res.get("levels", [])}
+        cold = {lv["clients"]: lv for lv in res.get("cold_levels", [])}
+        for clients in sorted({*warm, *cold}):
+            c, w = cold.get(clients, {}), warm.get(clients, {})
+            five = sum(v for lv in (c, w) for k, v in lv.get("statuses", {}).items() if k.startswith("5"))
+            cells = [_cell(lv.get(key)) for key in ("req_per_s", "p50_ms", "p95_ms") for lv in (c, w)]
+            out.append(
+                f"| {name} | {clients} | "
+                + " | ".join(cells)
+                + f" | {_share(c.get('cold_share'))} | {five} |"
+            )
+    notes = [f"- {note}" for note in data.get("notes") or []]
+    env = environment_line(data)
+    return [*out, "", *([*notes, ""] if notes else []), *([f"Environment: {env}.", ""] if env else [])]
 
 
 def readme_block() -> str:
