@@ -48,12 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_quality import build, iou  # noqa: E402
+from benchmarks.coldness import clear  # noqa: E402
 from benchmarks.provenance import environment, world_workdir_and_model  # noqa: E402
-
-
-def clear(cache) -> None:
-    """Empty the in-process frame cache (this benchmark never uses Redis)."""
-    cache._items.clear()
 
 
 class Measured:

@@ -84,6 +84,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.coldness import cold_order, cold_share, query_pair, touched  # noqa: E402
+from benchmarks.load_report import CACHES, pct, pool_rounds, table_rows  # noqa: E402
 from benchmarks.provenance import parallel_capacity  # noqa: E402
 from benchmarks.serving import QaslrServe  # noqa: E402
 
@@ -97,10 +99,6 @@ QUERIES = [
     "a shape falls down",
     "a bright object crosses the frame",
 ]
-
-
-def pct(values, q) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def build_index(
@@ -146,43 +144,6 @@ def _post(client, body: dict) -> tuple[int, float, dict | None]:
         return -1, (time.perf_counter() - t) * 1e3, None
     ms = (time.perf_counter() - t) * 1e3
     return r.status_code, ms, (r.json() if r.status_code == 200 else None)
-
-
-def touched(answer: dict | None) -> set[str]:
-    """The videos whose source frames an answer read: those a heavy tier re-encoded, and those whose moment
-    was refined at the source's frame rate (the frame tier and the time head read only stored banks)."""
-    return {
-        r["video_id"]
-        for r in (answer or {}).get("results", [])
-        if r.get("tier") in ("oneshot", "head")
-        or (((r.get("evidence") or {}).get("moment") or {}).get("source") == "refined")
-    }
-
-
-def cold_share(targets: list[set[str]], before: set[str] = frozenset()) -> float:
-    """The share of requests (in the order sent) none of whose target videos an earlier request, or what
-    ran ``before`` the level, touched: a request's targets are its right video (when the workload has one)
-    and the videos its answer read (:func:`touched`); every request sent earlier counts, answered or not."""
-    seen, cold = set(before), 0
-    for target in targets:
-        cold += not (target & seen)
-        seen |= target
-    return cold / len(targets) if targets else float("nan")
-
-
-def _pair(query) -> tuple[str, str | None]:
-    """A query as (text, right video or None): QUERIES are texts, the corpus's queries pairs."""
-    return (query, None) if isinstance(query, str) else (query[0], query[1])
-
-
-def cold_order(pairs: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
-    """The queries in turns over their right videos (each video's first query, then each one's second, ...):
-    the first requests of a level then target videos no earlier request named."""
-    by_video: dict = {}
-    for query, right in pairs:
-        by_video.setdefault(right if right is not None else query, []).append((query, right))
-    turns = max((len(v) for v in by_video.values()), default=0)
-    return [v[t] for t in range(turns) for v in by_video.values() if t < len(v)]
 
 
 class CpuMeter:
@@ -247,7 +208,7 @@ def load_level(
     lock = threading.Lock()
     stop = time.perf_counter() + cap_s
     latencies, statuses, timings = [], Counter(), []
-    pairs = [_pair(q) for q in queries]
+    pairs = [query_pair(q) for q in queries]
     targets: dict[int, set[str]] = {}  # request i (the order sent) -> its right video and what it read
 
     def worker(k: int) -> None:
@@ -323,7 +284,7 @@ def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: fl
             i = 0
             while not done.is_set():
                 status, _, _ = _post(
-                    c, {**body, "query": _pair(queries[(k + i) % len(queries)])[0] + f" L{k}.{i}"}
+                    c, {**body, "query": query_pair(queries[(k + i) % len(queries)])[0] + f" L{k}.{i}"}
                 )
                 with lock:
                     statuses[status] += 1
@@ -343,46 +304,12 @@ def stage1_under_load(url: str, body: dict, load_clients: int, n: int, cap_s: fl
     return out
 
 
-CACHES = (("cold_levels", "cold"), ("levels", "warm"))  # where run_server keeps each one's levels
-
 SERVERS = {  # name -> the server's environment beside the common one
     "single": {"QASLR_BATCHING": "0"},
     "batched": {"QASLR_BATCHING": "1"},
     "batched-one-process": {"QASLR_BATCHING": "1", "QASLR_MODEL_PROCESSES": "0"},
     "batched-search-nice-0": {"QASLR_BATCHING": "1", "QASLR_SEARCH_NICE": "0"},
 }
-
-
-def pool_rounds(levels: list[dict]) -> dict:
-    """One level measured in several rounds, as one: the median round's throughput and CPU figures
-    (a busy minute on a shared machine moves one round, not the median), latency percentiles over
-    every answer, the statuses summed, and each round's req/s kept (``rounds_req_per_s``)."""
-    latencies = [ms for lv in levels for ms in lv.pop("latencies_ms")]  # pooled here, not kept
-    if len(levels) == 1:
-        return {**levels[0], "rounds_req_per_s": [levels[0]["req_per_s"]]}
-
-    def median(key: str) -> float:
-        return float(np.median([lv[key] for lv in levels]))
-
-    statuses = Counter()
-    for lv in levels:
-        statuses.update(lv["statuses"])
-    keys = ("req_per_s", "server_cpu_s_per_req", "server_cores", "client_cores", "other_cores", "capacity",
-            "cold_share")  # fmt: skip
-    timing_keys = levels[0]["mean_timings_ms"].keys()
-    return {
-        **levels[0],
-        **{k: median(k) for k in keys},
-        "p50_ms": pct(latencies, 50),
-        "p95_ms": pct(latencies, 95),
-        "statuses": dict(sorted(statuses.items())),
-        "wall_s": sum(lv["wall_s"] for lv in levels),
-        "server_cpu_s": sum(lv["server_cpu_s"] for lv in levels),
-        "mean_timings_ms": {
-            k: float(np.mean([lv["mean_timings_ms"].get(k, 0.0) for lv in levels])) for k in timing_keys
-        },
-        "rounds_req_per_s": [lv["req_per_s"] for lv in levels],
-    }
 
 
 def _level_line(name: str, caches: str, c: int, r: int, args, level: dict) -> str:
@@ -444,7 +371,8 @@ def run_server(name: str, model: Path, index: Path, env: dict, args, workload: s
             url = stack.enter_context(server)
             primed: set[str] = set()
             with httpx.Client(base_url=url, timeout=120) as c:
-                for query, right in map(_pair, queries):  # each request's target touched before the levels
+                # each request's target touched before the levels
+                for query, right in map(query_pair, queries):
                     answer = _post(c, {**body, "query": query + " warm-up"})[2]
                     primed |= touched(answer) | ({right} if right else set())
         for r in range(args.rounds):  # the levels in turn, round after round (see pool_rounds)
@@ -621,59 +549,6 @@ def main(argv=None) -> int:
         }
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
-
-
-def table_rows(results: dict, load_clients: int) -> list[dict]:
-    """One flat row per (server, caches, load) for docs/results.md (scripts/results.py): the rerank levels
-    (cold, then warm), then stage 1 alone and under rerank load (on the warm server)."""
-    rows = []
-    for name, res in results.items():
-        for key, caches in CACHES:
-            for lv in res.get(key, []):
-                rows.append(
-                    {
-                        "server": name,
-                        "caches": caches,
-                        "load": f"{lv['clients']} clients",
-                        "req_per_s": lv["req_per_s"],
-                        "p50_ms": lv["p50_ms"],
-                        "p95_ms": lv["p95_ms"],
-                        "cold_share": lv.get("cold_share"),
-                        "5xx": sum(v for k, v in lv["statuses"].items() if k.startswith("5")),
-                        "cpu_s_per_req": lv.get("server_cpu_s_per_req"),
-                        "server_cores": lv.get("server_cores"),
-                        "client_cores": lv.get("client_cores"),
-                        "other_cores": lv.get("other_cores"),
-                        "capacity": lv.get("capacity"),
-                    }
-                )
-        for key, load in (
-            ("stage1_alone", "stage 1 alone"),
-            ("stage1_loaded", f"stage 1, {load_clients} rerank clients"),
-        ):
-            if key not in res:
-                continue
-            st = res[key]
-            statuses = [*st["statuses"].items(), *st.get("load_statuses", {}).items()]  # probes and load
-            five = sum(v for k, v in statuses if k.startswith("5"))
-            rows.append(
-                {
-                    "server": name,
-                    "caches": "warm",
-                    "load": load,
-                    "req_per_s": None,
-                    "p50_ms": st["p50_ms"],
-                    "p95_ms": st["p95_ms"],
-                    "cold_share": None,
-                    "5xx": five,
-                    "cpu_s_per_req": None,
-                    "server_cores": None,
-                    "client_cores": None,
-                    "other_cores": None,
-                    "capacity": None,
-                }
-            )
-    return rows
 
 
 if __name__ == "__main__":

@@ -75,6 +75,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.coldness import cold_warm  # noqa: E402
 from benchmarks.provenance import environment, recorded_args, world_workdir_and_model  # noqa: E402
 from benchmarks.quality_time import RULE, TIME_METRICS, time_corpus, time_rows  # noqa: E402
 from benchmarks.quality_time import add_arguments as add_time_arguments  # noqa: E402
@@ -204,35 +205,6 @@ def request_for(query: str, mode: Mode, args) -> dict:
         "query": query, "mode": mode.search, "top_k": args.shortlist, "shortlist": args.shortlist,
         "frames": args.frames, "exit_threshold": mode.exit_threshold, **dict(mode.request),
     }  # fmt: skip
-
-
-def cold_warm(engine, queries, mode: Mode, args) -> dict:
-    """``--cold``: each query cold, then warm, on ``engine`` once warmed up (``Engine.warm_up``, as
-    ``qaslr serve`` runs it before ready). *cold*: its frame cache emptied just before
-    (benchmarks/bench_cold_warm.py's ``clear``), on a video no earlier query of this pass touched (the
-    single-event corpus has one query a video; ``cold_untouched`` is the share whose right video no earlier
-    query named); *warm*: the same query again at once. Wall ms around ``Engine.search_sync``."""
-    from benchmarks.bench_cold_warm import clear  # here, not at the top: bench_cold_warm imports this module
-
-    engine.warm_up()
-    ms: dict[str, list[float]] = {"cold": [], "warm": []}
-    seen, untouched = set(), []
-    for query, right in queries:
-        untouched.append(right not in seen)
-        seen.add(right)
-        clear(engine.cache)
-        for kind in ("cold", "warm"):
-            t = time.perf_counter()
-            engine.search_sync(request_for(query, mode, args))
-            ms[kind].append((time.perf_counter() - t) * 1e3)
-    cold, warm = (float(np.median(ms[k])) for k in ("cold", "warm"))
-    return {
-        "cold_p50_ms": cold,
-        "warm_p50_ms": warm,
-        "cold_over_warm": cold / warm if warm else float("nan"),
-        "cold_untouched": float(np.mean(untouched)),
-        "cold_warm_ms": {k: [round(x, 1) for x in v] for k, v in ms.items()},
-    }
 
 
 def run_queries(engine, queries, truth, mode: Mode, args) -> tuple[dict, dict]:
@@ -436,7 +408,8 @@ def one_seed(seed: int, args, model: Path) -> dict:
                 if name == "single":
                     metrics, seen = run_queries(engine, single.queries("single"), single.by_id(), mode, args)
                     if args.cold and mode.cold:
-                        metrics.update(cold_warm(engine, single.queries("single"), mode, args))
+                        requests = [(request_for(q, mode, args), r) for q, r in single.queries("single")]
+                        metrics.update(cold_warm(engine, requests))
                     if mode.search == "frames":  # relevance does not depend on the mode: measured once
                         metrics.update(no_match(engine, single, args))
                     row.update(metrics)

@@ -44,3 +44,14 @@ def environment_line(data: dict) -> str:
             found.append(f"{env[key]} CPUs")
             break
     return ", ".join(found)
+
+
+def mode_names(per_seed: dict) -> list[str]:
+    first = next(iter(per_seed.values()))
+    return [m for m in first if not m.startswith("_")]  # "_builds" and the like are not modes
+
+
+def cell_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return "–" if value is None else str(value)

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from benchmarks.bench_load import cold_order, cold_share, touched
+from benchmarks.coldness import cold_order, cold_share, touched
 
 
 def _result(video: str, tier: str | None = "frame", moment: str | None = "relevance") -> dict:
