@@ -13,10 +13,12 @@ frames, and minimises the sum of
   says, from its embedding (linear, ``probe_scale``-scaled unit vectors): each side learns to carry
   the change on its own, where the reversal loss alone gives neither side a gradient to start from
   (measured: alone it stays at ln 2 for 200 steps);
-- **frame retention**: text -> frame and frame -> text contrastive over the event frames, so that
-  single-frame retrieval stays as the first phase left it.
+- **frame retention** (weight ``retention``): text -> frame and frame -> text contrastive over the
+  event frames, so that single-frame retrieval stays as the first phase left it;
+- optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
+  still finds its own event's text among other events' clips.
 
-AdamW at a constant ``lr``. Every ``eval_every`` steps (and at the end) it records
+AdamW at ``lr``, constant or (``min_lr_ratio`` < 1) decaying on a cosine. Every ``eval_every`` steps (and at the end) it records
 ``training.backbone_checks`` ``motion_check`` (held-out reversal pairs) and ``frame_check``; it writes
 ``model.safetensors`` (the last step's weights), ``tokenizer.json`` and ``motion_recipe.json`` (config,
 evaluations, minutes, torch) to OUT. It does not replace the shipped weights: what serves was measured
@@ -45,7 +47,10 @@ class MotionRecipe:
     steps: int = 1500
     pairs: int = 8  # reversal pairs a step (16 clips)
     images: int = 16  # event frames a step (frame retention)
+    retention: float = 1.0  # the frame-retention loss's weight
+    in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
     lr: float = 1e-3
+    min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
     scale: float = 14.0  # the reversal softmax's (about 1 / 0.07)
     probe_scale: float = 10.0
     pair_s: float = 0.2
@@ -129,7 +134,17 @@ def train_motion(
         sim = z_named @ z_frame.T * recipe.scale
         which = torch.arange(len(frames))
         retention = F.cross_entropy(sim, which) + F.cross_entropy(sim.T, which)
-        loss = reversal + probes + retention
+        loss = reversal + probes + recipe.retention * retention
+        if recipe.in_batch:  # each text finds its own clip among all the step's clips, and back
+            logits = z_said @ z_clip.T * recipe.scale
+            loss = loss + recipe.in_batch * (
+                F.cross_entropy(logits, torch.arange(n)) + F.cross_entropy(logits.T, torch.arange(n))
+            )
+        progress_share = (step - 1) / max(1, recipe.steps - 1)
+        for group in opt.param_groups:
+            group["lr"] = recipe.lr * (
+                recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + np.cos(np.pi * progress_share))
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
