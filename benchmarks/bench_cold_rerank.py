@@ -45,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.coldness import clear  # noqa: E402
 from benchmarks.provenance import environment  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1280, 720, 24
@@ -134,15 +135,6 @@ def build(manifest: Path, index: Path, model: Path, store: str) -> float:
     t = time.perf_counter()
     build_index(manifest, index, BuildOptions(model=str(model), frames=32, frame_store=store))
     return time.perf_counter() - t
-
-
-def clear(cache) -> None:
-    if hasattr(cache, "_items"):
-        cache._items.clear()
-    else:  # Redis: delete this run's keys
-        keys = list(cache._client.scan_iter(match=cache.prefix + "*", count=1000))
-        if keys:
-            cache._client.delete(*keys)
 
 
 def measure(index: Path, model: Path, args, tag: str) -> dict:

@@ -51,10 +51,10 @@ and reports, mean ± std over the seeds:
   one pass over the queries on an engine of the mode's own, not warmed up, each query's video first
   met in that pass (neither cold nor warm: see ``--cold``);
 - cold beside warm (``--cold``, on by default; ``--no-cold`` skips it), for stage 1 and the default
-  cascade: the engine warmed up as ``qaslr serve`` warms up before ready, then each query **cold** (the
-  frame cache emptied just before, as benchmarks/bench_cold_warm.py empties it, on a video no earlier
-  query touched) and **warm** (the same query again at once); ``cold_p50_ms`` and ``warm_p50_ms`` in
-  the JSON, each query's ms in ``cold_warm_ms``.
+  cascade, after the one pass on the same engine, warmed up as ``qaslr serve`` is: each query **cold**
+  (frame cache emptied; its video met in the one pass, so the OS holds its files: untouched videos in a
+  fresh process are bench_cold_warm's) and **warm** (the same query again at once); ``cold_p50_ms``,
+  ``warm_p50_ms`` and each query's ms (``cold_warm_ms``) in the JSON.
 Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
 """
 
@@ -488,8 +488,8 @@ def main(argv=None) -> int:
     )  # fmt: skip
     p.add_argument(
         "--cold", action=argparse.BooleanOptionalAction, default=True,
-        help="stage 1 and the default: each query also cold (frame cache emptied, a video no earlier query "
-        "touched) and warm (the same query again), p50 of each; --no-cold skips it (2 searches a query)",
+        help="stage 1 and the default: each query also cold (frame cache emptied, its video first in this pass; "
+        "the one pass before met it) and warm (the same query again), p50 of each; --no-cold skips it (2 searches a query)",
     )  # fmt: skip
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
@@ -540,11 +540,11 @@ def main(argv=None) -> int:
     if timed_modes:
         print(
             "\ncold beside warm (--cold), p50 ms, mean ± std over seeds: cold = the engine warmed up, its frame "
-            "cache emptied, a video no earlier query touched; warm = the same query again at once; "
+            "cache emptied, its video first in this pass (the one pass met it before); warm = the same query again; "
             "one pass = the table above (each video first met in that pass, the engine not warmed up)"
         )
         print(
-            "| mode | cold p50 ms | warm p50 ms | cold / warm | one pass p50 ms | cold on an untouched video % |"
+            "| mode | cold p50 ms | warm p50 ms | cold / warm | one pass p50 ms | video first in the cold pass % |"
         )
         print("|---|---|---|---|---|---|")
         for mode in timed_modes:

@@ -10,15 +10,20 @@ import numpy as np
 
 
 def clear(cache) -> None:
-    """Empty the in-process frame cache (this benchmark never uses Redis)."""
-    cache._items.clear()
+    """Empty an engine's frame cache: the in-process one, or this run's keys in Redis."""
+    if hasattr(cache, "clear"):
+        cache.clear()
+        return
+    keys = list(cache._client.scan_iter(match=cache.prefix + "*", count=1000))
+    if keys:
+        cache._client.delete(*keys)
 
 
 def cold_warm(engine, requests: list[tuple[dict, str]]) -> dict:
     """Each ``(request, right video)`` cold, then warm, on ``engine`` once warmed up (``Engine.warm_up``,
-    as ``qaslr serve`` runs it before ready). *cold*: its frame cache emptied just before (:func:`clear`),
-    on a video no earlier request of this pass touched (``cold_untouched`` is the share whose right video
-    no earlier request named); *warm*: the same request again at once. Wall ms around
+    as ``qaslr serve`` runs it before ready). *cold*: its frame cache emptied just before (:func:`clear`);
+    ``cold_untouched`` is the share whose right video no earlier request of this pass named (what ran on
+    ``engine`` before the pass is the caller's to say); *warm*: the same request again at once. Wall ms around
     ``Engine.search_sync``."""
     engine.warm_up()
     ms: dict[str, list[float]] = {"cold": [], "warm": []}

@@ -207,8 +207,8 @@ class Engine:
 
     def _warm_query_shapes(self) -> None:
         """On CUDA (where text prompts are padded to a few lengths, models.backbone
-        ``TEXT_PAD_MULTIPLE``): each length once where queries are embedded, the batcher's thread(s)
-        through a search and every light-lane thread, so a user's first query meets no new shape
+        ``TEXT_PAD_MULTIPLE``): each length once where queries are embedded, the batcher's worker
+        (a query embedding, no search) and every light-lane thread, so a user's first query meets no new shape
         and no new thread (measured cold, before this: 54-61 ms for the query's embedding against
         7-9 ms warm). Nothing on the CPU, where neither costs."""
         shape_texts = getattr(getattr(self.encoder, "backbone", None), "shape_texts", None)

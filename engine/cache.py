@@ -134,6 +134,11 @@ class InProcessLRUCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def clear(self) -> None:
+        """Forget every frame (a benchmark's cold query starts from an empty cache)."""
+        with self._lock:
+            self._items.clear()
+
     @property
     def errors(self) -> int:
         return 0

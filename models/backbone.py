@@ -482,8 +482,9 @@ class Backbone:
         for words in range(1, 1 + shapes * multiple):
             text = " ".join(["shape"] * words)
             length = len(tokenizer(self.render_prompt(text=text, instruction=instruction))["input_ids"])
-            if -(-length // multiple) not in seen:
-                seen.add(-(-length // multiple))
+            bucket = -(-length // multiple)
+            if bucket not in seen:
+                seen.add(bucket)
                 out.append(text)
                 if len(out) == shapes:
                     break

@@ -137,11 +137,12 @@ def quality_cold_warm_section(data: dict | None) -> list[str]:
         "",
         f"`OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_quality.py {flags}` (`--cold` is on by default) — "
         f"one query a video of {args.get('min_s', 120):g}-{args.get('max_s', 300):g} s, on the mode's engine warmed up as `qaslr serve` warms up before ready; "
-        "*cold*: its frame cache emptied just before the query, on a video no earlier query touched; *warm*: the "
+        "*cold*: its frame cache emptied just before the query, its video first in this pass (the one pass below met "
+        "it before, so the OS holds its files; a fresh process on untouched videos is the first look's table); *warm*: the "
         "same query again at once; *one pass*: the quality table's p50 (the engine not warmed up, each video "
         "first met in that pass). p50 ms, mean ± std over seeds.",
         "",
-        "| mode | cold p50 ms | warm p50 ms | cold / warm | one pass p50 ms | Hit@1 % | R1@0.7 % | cold on an untouched video % |",
+        "| mode | cold p50 ms | warm p50 ms | cold / warm | one pass p50 ms | Hit@1 % | R1@0.7 % | video first in the cold pass % |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for mode in modes:

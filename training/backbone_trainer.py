@@ -123,6 +123,11 @@ def contrastive_loss(
 # -- training ---------------------------------------------------------------------------------------
 
 
+def cosine_lr(lr: float, min_ratio: float, progress: float) -> float:
+    """``lr`` on a cosine from 1 to ``min_ratio`` of it as ``progress`` goes from 0 to 1."""
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 class BackboneTrainer:
     def __init__(self, backbone: Backbone, config: BackboneTrainConfig):
         self.backbone = backbone
@@ -196,8 +201,7 @@ class BackboneTrainer:
         c = self.config
         if step < c.warmup:
             return c.lr * (step + 1) / c.warmup
-        progress = (step - c.warmup) / max(1, c.steps - c.warmup)
-        return c.lr * (c.min_lr_ratio + (1 - c.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+        return cosine_lr(c.lr, c.min_lr_ratio, (step - c.warmup) / max(1, c.steps - c.warmup))
 
     def _batch(self, step: int):
         """(images, videos, (texts, positive, masked, text labels, hinge positives)) of one step."""

@@ -73,6 +73,7 @@ def train_motion(
     from training.backbone import PRESET
     from training.backbone_checks import frame_check, motion_check
     from training.backbone_config import embed_clips, embed_images, embed_texts
+    from training.backbone_trainer import cosine_lr
     from training.world_data import WorldSampler
     from world.vocab import CHANGES, EVENTS, PHRASINGS, change_texts
 
@@ -140,11 +141,8 @@ def train_motion(
             loss = loss + recipe.in_batch * (
                 F.cross_entropy(logits, torch.arange(n)) + F.cross_entropy(logits.T, torch.arange(n))
             )
-        progress_share = (step - 1) / max(1, recipe.steps - 1)
         for group in opt.param_groups:
-            group["lr"] = recipe.lr * (
-                recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + np.cos(np.pi * progress_share))
-            )
+            group["lr"] = cosine_lr(recipe.lr, recipe.min_lr_ratio, (step - 1) / max(1, recipe.steps - 1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
