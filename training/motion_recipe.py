@@ -15,8 +15,16 @@ frames, and minimises the sum of
   (measured: alone it stays at ln 2 for 200 steps);
 - **frame retention** (weight ``retention``): text -> frame and frame -> text contrastive over the
   event frames, so that single-frame retrieval stays as the first phase left it;
+- optionally (``distill`` > 0) self-distillation of the frame path: the step's event frames and
+  their texts embedded by the starting weights (frozen) and by the trained ones, ``1 - cos`` between
+  the two, so that single-frame retrieval stays where it was, not only ranked right;
 - optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
   still finds its own event's text among other events' clips.
+
+``train`` chooses what learns: ``all`` (every weight; frame retention keeps the frame path close),
+or ``temporal`` (only the image-neutral half of the vision patch embedding, :class:`TemporalDifference`:
+every single-frame and text embedding stays as it was, to float rounding, so nothing measured on
+frames moves, and retention and the text probe are off).
 
 AdamW at ``lr``, constant or (``min_lr_ratio`` < 1) decaying on a cosine. Every ``eval_every`` steps (and at the end) it records
 ``training.backbone_checks`` ``motion_check`` (held-out reversal pairs) and ``frame_check``; it writes
@@ -31,7 +39,6 @@ import argparse
 import json
 import logging
 import shutil
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +55,7 @@ class MotionRecipe:
     pairs: int = 8  # reversal pairs a step (16 clips)
     images: int = 16  # event frames a step (frame retention)
     retention: float = 1.0  # the frame-retention loss's weight
+    distill: float = 0.0  # weight of keeping each event frame's and event text's embedding where it was
     in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
     lr: float = 1e-3
     min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
@@ -59,23 +67,257 @@ class MotionRecipe:
     eval_every: int = 250
     eval_pairs: int = 56
     threads: int = 1
+    log_every: int = 25  # a line of train_log.jsonl every this many steps
+    train: str = "all"  # "all", "temporal" or "temporal+words" (see TRAINABLE)
+
+
+# What learns: every weight; the patch embedding's frame difference alone; or that and the input
+# embeddings of the tokens only change texts use (:func:`change_only_tokens`). The last two leave every
+# still frame and every other world text embedding as it was.
+TRAINABLE = ("all", "temporal", "temporal+words")
+
+
+class TemporalDifference(torch.nn.Module):
+    """The vision patch embedding's kernel over a temporal patch of two frames ``(a, b)`` written as
+    its sum and difference, the sum fixed:
+
+        W = [(S + D) / 2, (S - D) / 2]  ->  W * (a, b) = S (a + b) / 2 + D (a - b) / 2
+
+    A single frame enters Qwen3-VL as the frame twice (a = b), so its patches see ``S`` alone: only
+    ``D``, what a patch sees change between its two frames, learns, and a still frame, a still clip
+    and every text embed exactly as before (to float rounding). A parametrization of
+    ``Conv3d.weight`` (``torch.nn.utils.parametrize``): ``D`` is the trained tensor."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        if weight.dim() != 5 or weight.shape[2] != 2:
+            raise ValueError(f"expected a Conv3d kernel over 2 frames, got shape {tuple(weight.shape)}")
+        self.register_buffer("frame_sum", (weight[:, :, 0] + weight[:, :, 1]).detach().clone())
+
+    def forward(self, difference: torch.Tensor) -> torch.Tensor:
+        return torch.stack([(self.frame_sum + difference) / 2, (self.frame_sum - difference) / 2], dim=2)
+
+    def right_inverse(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight[:, :, 0] - weight[:, :, 1]
+
+
+def temporal_only(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Freeze ``model`` but the frame difference of its vision patch embedding; return that one."""
+    from torch.nn.utils import parametrize
+
+    model.requires_grad_(False)
+    proj = model.model.visual.patch_embed.proj
+    parametrize.register_parametrization(proj, "weight", TemporalDifference(proj.weight))
+    difference = proj.parametrizations.weight.original
+    difference.requires_grad_(True)
+    return [difference]
+
+
+def change_only_tokens(backbone) -> list[int]:
+    """Token ids that the world's change texts use (as the model reads them, prompt and all) and that
+    no other world prompt does: no event, order or count text, no image or video prompt. Their input
+    embeddings can learn what a change says without moving any other world text or frame."""
+    from models.backbone import VideoClip
+    from world import vocab as v
+
+    tokenizer = backbone.processor.tokenizer
+    ids = lambda prompts: {i for p in prompts for i in tokenizer(p)["input_ids"]}  # noqa: E731
+    prompt = lambda text: backbone.render_prompt(text=text)  # noqa: E731
+    other = [prompt(e.text(p)) for e in v.EVENTS for p in range(len(v.PHRASINGS))]
+    pairs = [(a, b) for a in v.EVENTS[:8] for b in v.EVENTS[-8:]]
+    other += [prompt(v.order_text(a, b, p)) for a, b in pairs for p in range(len(v.ORDER_PHRASINGS))]
+    counts = [(n, p) for n, forms in v.COUNT_PHRASINGS.items() for p in range(len(forms))]
+    other += [prompt(v.count_text(e, n, p)) for e in v.EVENTS for n, p in counts]
+    other.append(backbone.render_prompt(image=True))
+    other += [f"<{t / 2:.1f} seconds>" for t in range(0, 2400)]  # a video prompt's timestamps
+    size = backbone.frame_size
+    clips = [
+        VideoClip(np.zeros((n, size, size, 3), np.uint8), list(range(0, 600 * n, 600)), 2.0) for n in (2, 8)
+    ]
+    parts = backbone.clip_inputs(clips)
+    video = backbone.prepare(parts["prompts"], videos=parts["videos"], metadata=parts["metadata"])
+    said = []
+    for e in v.EVENTS:
+        to = v.EVENTS[(e.index + 4) % len(v.EVENTS)].colour  # another colour
+        for change in v.CHANGES:
+            said += [
+                prompt(t) for t in v.change_texts(v.Change(e, change, to if change == "recolour" else None))
+            ]
+    return sorted(ids(said) - ids(other) - set(video["input_ids"].flatten().tolist()))
+
+
+def words_only(model: torch.nn.Module, tokens: list[int]) -> list[torch.nn.Parameter]:
+    """Let the input embeddings of ``tokens`` learn (the other rows' gradients are zeroed); returns
+    the embedding matrix (train it without weight decay, so the other rows stay exactly)."""
+    table = model.get_input_embeddings().weight
+    mask = torch.zeros(table.shape[0], 1)
+    mask[tokens] = 1.0
+    table.requires_grad_(True)
+    table.register_hook(lambda grad: grad * mask)
+    return [table]
+
+
+def bake(model: torch.nn.Module) -> None:
+    """Undo :func:`temporal_only`'s parametrization, keeping its weights (a plain Conv3d again)."""
+    from torch.nn.utils import parametrize
+
+    proj = model.model.visual.patch_embed.proj
+    if parametrize.is_parametrized(proj, "weight"):
+        parametrize.remove_parametrizations(proj, "weight", leave_parametrized=True)
+
+
+class MotionRecipeTrainer:
+    """One step of the recipe at a time (``train_step``), its checks (``evaluate``) and its state
+    (``state_dict``: weights, probes, optimizer, random streams), so that
+    ``training.backbone._run_phase`` runs it with a progress bar, a log and resumption."""
+
+    def __init__(self, backbone, recipe: MotionRecipe, *, teacher=None):
+        from training.world_data import WorldSampler
+        from world.vocab import CHANGES
+
+        if recipe.train not in TRAINABLE:
+            raise ValueError(f"train must be one of {TRAINABLE}, got {recipe.train!r}")
+        self.backbone, self.model, self.config, self.teacher = backbone, backbone.model, recipe, teacher
+        self.clip_probe = torch.nn.Linear(backbone.embed_dim, len(CHANGES))
+        self.text_probe = torch.nn.Linear(backbone.embed_dim, len(CHANGES))
+        # the frame path, and every text but a change's, stay as they were
+        self.frozen_text = recipe.train != "all"
+        if self.frozen_text:
+            params = [*temporal_only(self.model), *self.clip_probe.parameters()]
+            if recipe.train == "temporal+words":
+                params += words_only(self.model, change_only_tokens(backbone))
+        else:
+            self.model.requires_grad_(True)  # the loader hands it over for inference, frozen
+            params = [*self.model.parameters(), *self.clip_probe.parameters(), *self.text_probe.parameters()]
+        self.retention = 0.0 if self.frozen_text else recipe.retention
+        # no weight decay where only part of a tensor learns: decay would move the rest
+        self.opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0 if self.frozen_text else 0.01)
+        self.sampler = WorldSampler(backbone.frame_size, seed=recipe.seed, difficulty=recipe.difficulty)
+        self.rng = np.random.default_rng(recipe.seed)
+        self.step = 0
+        self.losses: list[float] = []  # the reversal loss since the last evaluation
+        self.model.train()
+
+    def _batch(self):
+        from world.vocab import CHANGES, change_texts
+
+        clips, labels, texts = [], [], []
+        for _ in range(self.config.pairs):
+            for sample in self.sampler.motion_pair(paired=self.config.pair_s):
+                clips.append(sample.clip)
+                labels.append(CHANGES.index(sample.change.change))
+                said = change_texts(sample.change)
+                texts.append(said[int(self.rng.integers(len(said)))])
+        return clips, torch.tensor(labels), texts
+
+    def train_step(self) -> dict[str, float]:
+        from training.backbone_config import embed_clips, embed_images, embed_texts
+        from training.backbone_trainer import cosine_lr
+        from world.vocab import EVENTS, PHRASINGS
+
+        c, b = self.config, self.backbone
+        clips, y, texts = self._batch()
+        z_clip = embed_clips(b, clips)
+        with torch.set_grad_enabled(c.train != "temporal"):
+            z_said = embed_texts(b, texts)
+        n = len(clips)
+        partner = torch.arange(n) ^ 1  # a pair's two clips sit side by side
+        own, reversed_ = (z_said * z_clip).sum(-1), (z_said * z_clip[partner]).sum(-1)
+        reversal = F.cross_entropy(
+            torch.stack([own, reversed_], 1) * c.scale, torch.zeros(n, dtype=torch.long)
+        )
+        parts = {
+            "reversal": reversal,
+            "clip_probe": F.cross_entropy(self.clip_probe(z_clip * c.probe_scale), y),
+        }
+        if not self.frozen_text:
+            parts["text_probe"] = F.cross_entropy(self.text_probe(z_said * c.probe_scale), y)
+        if self.retention or self.teacher is not None:
+            events = self.rng.choice(len(EVENTS), size=c.images, replace=False)
+            frames = [self.sampler.image(int(k)).clip.frames[0] for k in events]
+            frame_texts = [EVENTS[int(k)].text(int(self.rng.integers(len(PHRASINGS)))) for k in events]
+            z_named, z_frame = embed_texts(b, frame_texts), embed_images(b, frames)
+            sim = z_named @ z_frame.T * c.scale
+            which = torch.arange(len(frames))
+            parts["retention"] = self.retention * (
+                F.cross_entropy(sim, which) + F.cross_entropy(sim.T, which)
+            )
+            if self.teacher is not None:
+                with torch.no_grad():
+                    was_named = embed_texts(self.teacher, frame_texts)
+                    was_frame = embed_images(self.teacher, frames)
+                kept = (z_named * was_named).sum(-1).mean() + (z_frame * was_frame).sum(-1).mean()
+                parts["distill"] = c.distill * (2 - kept)
+        if c.in_batch:  # each text finds its own clip among all the step's clips, and back
+            logits = z_said @ z_clip.T * c.scale
+            which = torch.arange(n)
+            parts["in_batch"] = c.in_batch * (
+                F.cross_entropy(logits, which) + F.cross_entropy(logits.T, which)
+            )
+        loss = sum(parts.values())
+        for group in self.opt.param_groups:
+            group["lr"] = cosine_lr(c.lr, c.min_lr_ratio, self.step / max(1, c.steps - 1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.step += 1
+        self.losses.append(float(reversal))
+        return {"step": self.step, "loss": float(loss), "difficulty": c.difficulty,
+                **{k: float(v) for k, v in parts.items()}}  # fmt: skip
+
+    def evaluate(self, step: int, *, progress=print) -> dict:
+        """The held-out checks (``motion_check``, ``frame_check``) and the mean reversal loss since the
+        last evaluation."""
+        from training.backbone_checks import frame_check, motion_check
+
+        self.model.eval()
+        motion = motion_check(self.backbone, pairs=self.config.eval_pairs, pair_s=self.config.pair_s)
+        frames = frame_check(self.backbone, trials=1)
+        self.model.train()
+        loss = float(np.mean(self.losses)) if self.losses else None
+        self.losses.clear()
+        progress(
+            f"step {step}: reversal loss {loss if loss is not None else float('nan'):.3f}, "
+            f"reversal {motion['reversal']:.3f} "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in motion['by_change'].items())}), "
+            f"text -> clip {motion['text_to_clip_top1']:.3f}, text -> frame {frames['text_to_frame_top1']:.3f}"
+        )
+        return {"reversal_loss": loss, **motion, **frames}
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "probes": [self.clip_probe.state_dict(), self.text_probe.state_dict()],
+            "opt": self.opt.state_dict(),
+            "rng": (self.sampler.rng.bit_generator.state, self.rng.bit_generator.state),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+        self.model.load_state_dict(state["model"])
+        for probe, saved in zip((self.clip_probe, self.text_probe), state["probes"], strict=True):
+            probe.load_state_dict(saved)
+        self.opt.load_state_dict(state["opt"])
+        self.sampler.rng.bit_generator.state, self.rng.bit_generator.state = state["rng"]
+
+
+# In OUT, saved at every evaluation: rerun the command to resume a stopped run, or with more --steps
+# to go on from a finished one (the learning rate's cosine then spans the new total).
+STATE = "state-motion-recipe.pt"
 
 
 def train_motion(
-    first_phase: Path, out: Path, recipe: MotionRecipe = MotionRecipe(), *, progress=print
+    first_phase: Path, out: Path, recipe: MotionRecipe = MotionRecipe(), *, progress=True
 ) -> dict:
     """Run ``recipe`` from the weights in ``first_phase`` (a directory with ``model.safetensors`` and
-    ``tokenizer.json``); write OUT's files and return the record."""
+    ``tokenizer.json``), resuming from OUT's state if an earlier run stopped; write OUT's files and
+    return the record."""
     from safetensors.torch import load_file, save_file
 
     from models.backbone import load_backbone
     from models.checkpoint import make_checkpoint
-    from training.backbone import PRESET
-    from training.backbone_checks import frame_check, motion_check
-    from training.backbone_config import embed_clips, embed_images, embed_texts
-    from training.backbone_trainer import cosine_lr
-    from training.world_data import WorldSampler
-    from world.vocab import CHANGES, EVENTS, PHRASINGS, change_texts
+    from training.backbone import PRESET, _run_phase
 
     torch.set_num_threads(recipe.threads)
     torch.manual_seed(recipe.seed)
@@ -83,84 +325,53 @@ def train_motion(
     shutil.copyfile(first_phase / "tokenizer.json", out / "tokenizer.json")
     work = make_checkpoint(out / "checkpoint", preset=PRESET, seed=0, tokenizer=out / "tokenizer.json")
     backbone = load_backbone(work, device="cpu", dtype="float32")
-    model = backbone.model
-    model.load_state_dict(load_file(str(first_phase / "model.safetensors")))
-    clip_probe = torch.nn.Linear(backbone.embed_dim, len(CHANGES))
-    text_probe = torch.nn.Linear(backbone.embed_dim, len(CHANGES))
-    params = [*model.parameters(), *clip_probe.parameters(), *text_probe.parameters()]
-    opt = torch.optim.AdamW(params, lr=recipe.lr)
-    sampler = WorldSampler(backbone.frame_size, seed=recipe.seed, difficulty=recipe.difficulty)
-    rng = np.random.default_rng(recipe.seed)
-    evals: list[dict] = []
-    t0 = time.perf_counter()
-
-    def evaluate(step: int) -> None:
-        model.eval()
-        motion = motion_check(backbone, pairs=recipe.eval_pairs, pair_s=recipe.pair_s)
-        frames = frame_check(backbone, trials=1)
-        model.train().requires_grad_(True)
-        evals.append({"step": step, "minutes": (time.perf_counter() - t0) / 60, **motion, **frames})
-        progress(
-            f"step {step}: reversal {motion['reversal']:.3f} "
-            f"({', '.join(f'{k} {v:.2f}' for k, v in motion['by_change'].items())}), "
-            f"text -> frame {frames['text_to_frame_top1']:.3f}"
+    backbone.model.load_state_dict(load_file(str(first_phase / "model.safetensors")))
+    teacher = None
+    if recipe.distill and recipe.train == "all":  # the starting weights, frozen: the frame path's teacher
+        teacher = load_backbone(work, device="cpu", dtype="float32")
+        teacher.model.load_state_dict(backbone.model.state_dict())
+        teacher.model.eval().requires_grad_(False)
+    trainer = MotionRecipeTrainer(backbone, recipe, teacher=teacher)
+    say = print if progress else logger.info
+    start_file = out / "start.json"  # the checks on the starting weights, kept across a resumption
+    if not start_file.exists():
+        start_file.write_text(
+            json.dumps({"step": 0, "minutes": 0.0, **trainer.evaluate(0, progress=say)}) + "\n"
         )
-
-    evaluate(0)
-    for step in range(1, recipe.steps + 1):
-        clips, labels, texts = [], [], []
-        for _ in range(recipe.pairs):
-            for sample in sampler.motion_pair(paired=recipe.pair_s):
-                clips.append(sample.clip)
-                labels.append(CHANGES.index(sample.change.change))
-                said = change_texts(sample.change)
-                texts.append(said[int(rng.integers(len(said)))])
-        events = rng.choice(len(EVENTS), size=recipe.images, replace=False)
-        frames = [sampler.image(int(k)).clip.frames[0] for k in events]
-        frame_texts = [EVENTS[int(k)].text(int(rng.integers(len(PHRASINGS)))) for k in events]
-        y = torch.tensor(labels)
-        z_clip = embed_clips(backbone, clips)
-        z_text = embed_texts(backbone, texts + frame_texts)
-        z_said, z_named = z_text[: len(texts)], z_text[len(texts) :]
-        z_frame = embed_images(backbone, frames)
-        n = len(clips)
-        partner = torch.arange(n) ^ 1  # a pair's two clips sit side by side
-        own, reversed_ = (z_said * z_clip).sum(-1), (z_said * z_clip[partner]).sum(-1)
-        reversal = F.cross_entropy(
-            torch.stack([own, reversed_], 1) * recipe.scale, torch.zeros(n, dtype=torch.long)
-        )
-        probes = F.cross_entropy(clip_probe(z_clip * recipe.probe_scale), y) + F.cross_entropy(
-            text_probe(z_said * recipe.probe_scale), y
-        )
-        sim = z_named @ z_frame.T * recipe.scale
-        which = torch.arange(len(frames))
-        retention = F.cross_entropy(sim, which) + F.cross_entropy(sim.T, which)
-        loss = reversal + probes + recipe.retention * retention
-        if recipe.in_batch:  # each text finds its own clip among all the step's clips, and back
-            logits = z_said @ z_clip.T * recipe.scale
-            loss = loss + recipe.in_batch * (
-                F.cross_entropy(logits, torch.arange(n)) + F.cross_entropy(logits.T, torch.arange(n))
-            )
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(recipe.lr, recipe.min_lr_ratio, (step - 1) / max(1, recipe.steps - 1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % recipe.eval_every == 0 or step == recipe.steps:
-            evaluate(step)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    with open(out / "train_log.jsonl", "a") as log:
+        evals, minutes = _run_phase(
+            trainer, out / STATE, recipe.steps, recipe.eval_every,
+            lambda step: trainer.evaluate(step, progress=say), log, desc="motion recipe", progress=progress,
+        )  # fmt: skip
+    bake(backbone.model)
+    state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"))
     shutil.rmtree(work, ignore_errors=True)
+    evals = [json.loads(start_file.read_text()), *evals]
     record = {
         "recipe": asdict(recipe),
         "first_phase": first_phase.name,
-        "train_minutes": round((time.perf_counter() - t0) / 60, 1),
+        "train_minutes": round(minutes, 1),
         "torch": torch.__version__,
         "evals": evals,
         "final": evals[-1],
     }
     (out / "motion_recipe.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+HELP = {
+    "steps": "steps in all (rerun with more to go on from a finished run)",
+    "pairs": "reversal pairs a step",
+    "images": "event frames a step for retention and distillation",
+    "retention": "weight of text <-> frame contrastive over the event frames",
+    "distill": "weight of keeping event frames' and texts' embeddings where the start had them",
+    "in_batch": "weight of text <-> clip contrastive over the step's clips (0: off)",
+    "min_lr_ratio": "cosine decay to lr x this (1: constant)",
+    "train": "what learns: every weight, the patch embedding's frame difference, or that and the "
+    "change-only token embeddings (the last two keep every frame and other text embedding)",
+    "eval_every": "held-out checks every this many steps (and the state saved)",
+}
 
 
 def main(argv=None) -> int:
@@ -173,7 +384,9 @@ def main(argv=None) -> int:
     p.add_argument("--first-phase", type=Path, default=Path(__file__).resolve().parent / "tiny_world",
                    help="the weights to start from (default: the shipped ones)")  # fmt: skip
     for name, value in asdict(defaults).items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+        extra = {"choices": TRAINABLE} if name == "train" else {}
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value,
+                       help=f"{HELP.get(name, '')} (default: %(default)s)".strip(), **extra)  # fmt: skip
     args = vars(p.parse_args(argv))
     out, first = args.pop("out"), args.pop("first_phase")
     logging.basicConfig(level=logging.WARNING)

@@ -32,3 +32,88 @@ def test_two_steps_move_the_weights_and_record_both_checks(tmp_path, capsys):
     assert any(not (shipped[k] == trained[k]).all() for k in shipped)
     assert (out / "tokenizer.json").read_bytes() == (ASSET_DIR / "tokenizer.json").read_bytes()
     assert '"reversal"' in capsys.readouterr().out
+
+
+@pytest.fixture()
+def world_backbone(tiny_world_checkpoint):
+    from models.backbone import load_backbone
+
+    return load_backbone(tiny_world_checkpoint, device="cpu", dtype="float32")
+
+
+def _frames(seed: int, n: int, size: int):
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
+
+
+def test_temporal_difference_moves_moving_clips_only(world_backbone):
+    """Only the frame difference learns: a still frame and a still clip embed as before, a clip whose
+    two frames differ does not."""
+    import numpy as np
+    import torch
+    from torch.nn.utils import parametrize
+
+    from models.backbone import VideoClip
+    from training.backbone_config import embed_clips, embed_images
+    from training.motion_recipe import bake, temporal_only
+
+    b, size = world_backbone, world_backbone.frame_size
+    frame, moving = _frames(0, 1, size)[0], _frames(1, 2, size)
+    still = VideoClip(np.stack([frame, frame]), [0, 1], 2.0)
+    clip = VideoClip(moving, [0, 1], 2.0)
+    with torch.no_grad():
+        before = (embed_images(b, [frame]), embed_clips(b, [still]), embed_clips(b, [clip]))
+    (difference,) = temporal_only(b.model)
+    assert [p for p in b.model.parameters() if p.requires_grad] == [difference]
+    with torch.no_grad():
+        difference.add_(torch.randn_like(difference) * difference.std())
+        after = (embed_images(b, [frame]), embed_clips(b, [still]), embed_clips(b, [clip]))
+    torch.testing.assert_close(after[0], before[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(after[1], before[1], atol=1e-5, rtol=0)
+    assert float((after[2] - before[2]).abs().max()) > 1e-3
+    bake(b.model)
+    proj = b.model.model.visual.patch_embed.proj
+    assert not parametrize.is_parametrized(proj) and proj.weight.shape[2] == 2
+    with torch.no_grad():
+        torch.testing.assert_close(embed_clips(b, [clip]), after[2], atol=1e-5, rtol=0)
+
+
+def test_change_only_tokens_leave_every_other_world_text_as_it_was(world_backbone):
+    import torch
+
+    from training.backbone_config import embed_texts
+    from training.motion_recipe import change_only_tokens, words_only
+    from world.vocab import EVENTS, Change, count_text, order_text
+
+    b = world_backbone
+    tokens = change_only_tokens(b)
+    assert tokens
+    others = [EVENTS[3].text(0), order_text(EVENTS[1], EVENTS[9]), count_text(EVENTS[5], 3)]
+    said = Change(EVENTS[2], "left").text(0)
+    for text in others:
+        assert not set(b.processor.tokenizer(b.render_prompt(text=text))["input_ids"]) & set(tokens)
+    b.model.requires_grad_(False)
+    (table,) = words_only(b.model, tokens)
+    with torch.no_grad():
+        before = embed_texts(b, others + [said])
+    opt = torch.optim.AdamW([table], lr=1e-2, weight_decay=0.0)
+    embed_texts(b, [said]).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        after = embed_texts(b, others + [said])
+    torch.testing.assert_close(after[:-1], before[:-1], atol=0, rtol=0)
+    assert float((after[-1] - before[-1]).abs().max()) > 1e-4
+
+
+def test_a_rerun_with_more_steps_goes_on_from_the_saved_state(tmp_path):
+    out = tmp_path / "motion"
+    args = ["--eval-every", "1", "--log-every", "1", "--eval-pairs", "2", "--pairs", "1", "--train", "temporal"]
+    assert main([str(out), "--steps", "1", *args]) == 0
+    first = json.loads((out / "motion_recipe.json").read_text())
+    assert main([str(out), "--steps", "2", *args]) == 0
+    record = json.loads((out / "motion_recipe.json").read_text())
+    assert [e["step"] for e in record["evals"]] == [0, 1, 2]
+    assert record["evals"][:2] == first["evals"]  # kept from the first run, not measured again
+    logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged if "eval" not in e] == [1, 2]  # step 1 was not trained twice
