@@ -10,6 +10,7 @@ benchmark command that the page names beside each table:
     docs/bench/quality_long.json    benchmarks/bench_quality.py --min-s 720 --max-s 1200 ... (long videos)
     docs/bench/time_tier.json       benchmarks/bench_quality.py --motion-pairs 6 --order-pairs 5 ... (queries about time)
     docs/bench/time_head_recipe.json benchmarks/bench_time_head.py --json ... (its Table 6, its early exit)
+    docs/bench/backbone_motion*.json benchmarks/bench_backbone.py OTHER --json ... (a motion recipe's weights)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
     docs/bench/load.json            benchmarks/bench_load.py --json ...      (concurrent users)
@@ -39,7 +40,7 @@ from results_cold import (
     quality_cold_warm_section,
 )
 from results_format import cell_text, environment_line, mean_std, mode_names
-from results_time import time_recipe_section
+from results_time import backbone_section, time_recipe_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
@@ -384,6 +385,7 @@ def results_page() -> str:
     recipe = _load("time_head_recipe.json")
     if recipe:
         out += time_recipe_section(recipe)
+    out += backbone_section([(p.name, _load(p.name)) for p in sorted(BENCH.glob("backbone_motion*.json"))])
     for name, title, script in (
         ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
         ("load.json", "Many users at once", "benchmarks/bench_load.py"),

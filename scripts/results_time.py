@@ -91,3 +91,50 @@ def _exit_table(exits: dict) -> list[str]:
                 f"{mean_std(row['full_hit@1'], True)} | {statistics.fmean(row['ece']):.3f} |"
             )
     return out
+
+
+BACKBONE_CHECKS = (
+    ("text_to_frame_top1", "text -> frame top-1"),
+    ("event_beats_all_empty", "an event's frame above every empty haystack"),
+    ("text_to_video_top1", "text -> long video top-1 (one-shot)"),
+    ("reversal", "motion text: its clip above the reversal (chance 0.5)"),
+    ("text_to_clip_top1", "motion text -> its clip among 112"),
+)
+
+
+def backbone_section(runs: list[tuple[str, dict]]) -> list[str]:
+    """Backbones beside the shipped one on their held-out checks (benchmarks/bench_backbone.py), one
+    table per compared run."""
+    if not runs:
+        return []
+    out = [
+        "## The backbone and motion",
+        "",
+        "`.venv/bin/python benchmarks/bench_backbone.py OTHER --json docs/bench/NAME.json`: the shipped "
+        "tiny-world backbone beside a motion recipe's weights (`python -m training.motion_recipe`) on "
+        "`training.backbone_checks`, world seeds that chose nothing; mean ± std over the seeds.",
+    ]
+    for name, data in runs:
+        backbones = data["backbones"]
+        seeds = data.get("args", {}).get("seeds", [])
+        out += [
+            "",
+            f"`{name}` (seeds {', '.join(str(s) for s in seeds)}; {data.get('note', '')}):",
+            "",
+            "| check | shipped | motion recipe |",
+            "|---|---|---|",
+        ]
+        for key, label in BACKBONE_CHECKS:
+            cells = [backbones[b]["summary"][key] for b in ("base", "other")]
+            out.append(f"| {label} | " + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells) + " |")
+        changes = backbones["other"]["summary"]["reversal_by_change"]
+        out.append(
+            "| reversal by change | "
+            + " | ".join(
+                ", ".join(f"{c} {backbones[b]['summary']['reversal_by_change'][c]:.2f}" for c in changes)
+                for b in ("base", "other")
+            )
+            + " |"
+        )
+        out += ["", environment_line(data)]
+    return out + [""]

@@ -17,7 +17,9 @@ frames, and minimises the sum of
   event frames, so that single-frame retrieval stays as the first phase left it;
 - optionally (``distill`` > 0) self-distillation of the frame path: the step's event frames and
   their texts embedded by the starting weights (frozen) and by the trained ones, ``1 - cos`` between
-  the two, so that single-frame retrieval stays where it was, not only ranked right;
+  the two, so that single-frame retrieval stays where it was, not only ranked right; with
+  ``clips`` and ``long``, event clips and long videos (one-shot) likewise, so that a video's
+  embedding (stage 1, the one-shot tier) stays where it was too;
 - optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
   still finds its own event's text among other events' clips.
 
@@ -56,6 +58,9 @@ class MotionRecipe:
     images: int = 16  # event frames a step (frame retention)
     retention: float = 1.0  # the frame-retention loss's weight
     distill: float = 0.0  # weight of keeping each event frame's and event text's embedding where it was
+    clips: int = 0  # event clips (2-16 frames) a step whose embeddings distil too (with ``distill``)
+    long: int = 0  # long videos a step (``long_frames`` frames, the event on 1-3) distilled likewise
+    long_frames: int = 24
     in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
     lr: float = 1e-3
     min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
@@ -248,6 +253,14 @@ class MotionRecipeTrainer:
                     was_frame = embed_images(self.teacher, frames)
                 kept = (z_named * was_named).sum(-1).mean() + (z_frame * was_frame).sum(-1).mean()
                 parts["distill"] = c.distill * (2 - kept)
+                if c.clips or c.long:
+                    labels = self.rng.choice(len(EVENTS), size=c.clips + c.long, replace=False)
+                    kept_clips = [self.sampler.clip(int(k)).clip for k in labels[: c.clips]]
+                    kept_clips += [self.sampler.long(int(k), c.long_frames).clip for k in labels[c.clips :]]
+                    with torch.no_grad():
+                        was_clip = embed_clips(self.teacher, kept_clips)
+                    z_kept = embed_clips(b, kept_clips)
+                    parts["distill_clips"] = c.distill * (1 - (z_kept * was_clip).sum(-1).mean())
         if c.in_batch:  # each text finds its own clip among all the step's clips, and back
             logits = z_said @ z_clip.T * c.scale
             which = torch.arange(n)
@@ -366,6 +379,8 @@ HELP = {
     "images": "event frames a step for retention and distillation",
     "retention": "weight of text <-> frame contrastive over the event frames",
     "distill": "weight of keeping event frames' and texts' embeddings where the start had them",
+    "clips": "event clips a step kept where the start had them (with --distill)",
+    "long": "long videos a step kept where the start had them, one-shot (with --distill)",
     "in_batch": "weight of text <-> clip contrastive over the step's clips (0: off)",
     "min_lr_ratio": "cosine decay to lr x this (1: constant)",
     "train": "what learns: every weight, the patch embedding's frame difference, or that and the "
