@@ -157,6 +157,12 @@ def train_backbone(
                           **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip
             log, desc="motion phase", progress=progress,
         )  # fmt: skip
+    recipe_evals, recipe_minutes = [], 0.0
+    if config.motion_recipe.steps:  # the third phase (off by default): training.motion_recipe
+        from training.motion_recipe import run_recipe
+
+        recipe_evals, recipe_minutes = run_recipe(backbone, work, config.motion_recipe, out, log,
+                                                  progress=progress, checks=lambda: video_check(backbone))  # fmt: skip
     state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"))
     backbone.model.eval()
@@ -169,13 +175,14 @@ def train_backbone(
         "preset": PRESET,
         "config": asdict(config),
         "recipe_hash": recipe_hash(config),
-        "train_minutes": round(record["train_minutes"] + minutes, 1),
+        "train_minutes": round(record["train_minutes"] + minutes + recipe_minutes, 1),
         "torch": torch.__version__,
         "threads": config.threads,
         "final": final,
         "phases": {
             "first": record,
             "motion": {"train_minutes": round(minutes, 1), "evals": evals},
+            "motion_recipe": {"train_minutes": round(recipe_minutes, 1), "evals": recipe_evals},
         },
     }
     (out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")

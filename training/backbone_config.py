@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from models.backbone import Backbone, ClipStates
+from training.motion_recipe import MotionRecipe
 from world.vocab import EVENTS, ORDER_PHRASINGS, PHRASINGS, order_text
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class BackboneTrainConfig:
     eval_every: int = 250
     log_every: int = 25
     motion: MotionPhaseConfig = field(default_factory=MotionPhaseConfig)  # the second phase
+    # the third: training.motion_recipe from the weights the phases before it left (0 steps: off)
+    motion_recipe: MotionRecipe = field(default_factory=lambda: MotionRecipe(steps=0))
 
 
 def world_sentences() -> list[str]:
@@ -146,9 +149,11 @@ def embed_clips(backbone: Backbone, clips) -> torch.Tensor:
 
 def recipe_hash(config: BackboneTrainConfig) -> str:
     """Content hash of what determines the trained weights (code version aside); a recipe without a
-    motion phase hashes as the recipe did before the phase existed."""
+    motion phase or motion recipe hashes as the recipe did before they existed."""
     fields = asdict(config)
     if not config.motion.steps:
         del fields["motion"]
+    if not config.motion_recipe.steps:
+        del fields["motion_recipe"]
     data = json.dumps({"preset": PRESET, **fields}, sort_keys=True)
     return hashlib.sha256(data.encode()).hexdigest()[:16]

@@ -274,9 +274,9 @@ class MotionRecipeTrainer:
         loss.backward()
         self.opt.step()
         self.step += 1
-        self.losses.append(float(reversal))
-        return {"step": self.step, "loss": float(loss), "difficulty": c.difficulty,
-                **{k: float(v) for k, v in parts.items()}}  # fmt: skip
+        self.losses.append(float(reversal.detach()))
+        return {"step": self.step, "loss": float(loss.detach()), "difficulty": c.difficulty,
+                **{k: float(v.detach()) for k, v in parts.items()}}  # fmt: skip
 
     def evaluate(self, step: int, *, progress=print) -> dict:
         """The held-out checks (``motion_check``, ``frame_check``) and the mean reversal loss since the
@@ -320,6 +320,33 @@ class MotionRecipeTrainer:
 STATE = "state-motion-recipe.pt"
 
 
+def run_recipe(backbone, checkpoint: Path, recipe: MotionRecipe, out: Path, log, *, progress=True,
+               checks=None, start: Path | None = None) -> tuple[list[dict], float]:  # fmt: skip
+    """Train ``backbone`` (loaded from ``checkpoint``) by ``recipe`` from the weights it holds,
+    resuming from OUT's state; ``checks()``: more measurements at each evaluation; ``start``: where the
+    checks on the starting weights go (once). Returns (evals, minutes); the weights end baked."""
+    from models.backbone import load_backbone
+    from training.backbone import _run_phase
+
+    teacher = None
+    if recipe.distill and recipe.train == "all":  # the starting weights, frozen: the frame path's teacher
+        teacher = load_backbone(checkpoint, device="cpu", dtype="float32")
+        teacher.model.load_state_dict(backbone.model.state_dict())
+        teacher.model.eval().requires_grad_(False)
+    trainer = MotionRecipeTrainer(backbone, recipe, teacher=teacher)
+    say = print if progress else logger.info
+
+    def evaluate(step: int) -> dict:
+        return {**trainer.evaluate(step, progress=say), **(checks() if checks else {})}
+
+    if start is not None and not start.exists():
+        start.write_text(json.dumps({"step": 0, "minutes": 0.0, **evaluate(0)}) + "\n")
+    evals, minutes = _run_phase(trainer, out / STATE, recipe.steps, recipe.eval_every, evaluate, log,
+                                desc="motion recipe", progress=progress)  # fmt: skip
+    bake(backbone.model)
+    return evals, minutes
+
+
 def train_motion(
     first_phase: Path, out: Path, recipe: MotionRecipe = MotionRecipe(), *, progress=True
 ) -> dict:
@@ -330,7 +357,7 @@ def train_motion(
 
     from models.backbone import load_backbone
     from models.checkpoint import make_checkpoint
-    from training.backbone import PRESET, _run_phase
+    from training.backbone import PRESET
 
     torch.set_num_threads(recipe.threads)
     torch.manual_seed(recipe.seed)
@@ -339,28 +366,13 @@ def train_motion(
     work = make_checkpoint(out / "checkpoint", preset=PRESET, seed=0, tokenizer=out / "tokenizer.json")
     backbone = load_backbone(work, device="cpu", dtype="float32")
     backbone.model.load_state_dict(load_file(str(first_phase / "model.safetensors")))
-    teacher = None
-    if recipe.distill and recipe.train == "all":  # the starting weights, frozen: the frame path's teacher
-        teacher = load_backbone(work, device="cpu", dtype="float32")
-        teacher.model.load_state_dict(backbone.model.state_dict())
-        teacher.model.eval().requires_grad_(False)
-    trainer = MotionRecipeTrainer(backbone, recipe, teacher=teacher)
-    say = print if progress else logger.info
-    start_file = out / "start.json"  # the checks on the starting weights, kept across a resumption
-    if not start_file.exists():
-        start_file.write_text(
-            json.dumps({"step": 0, "minutes": 0.0, **trainer.evaluate(0, progress=say)}) + "\n"
-        )
+    start = out / "start.json"  # the checks on the starting weights, kept across a resumption
     with open(out / "train_log.jsonl", "a") as log:
-        evals, minutes = _run_phase(
-            trainer, out / STATE, recipe.steps, recipe.eval_every,
-            lambda step: trainer.evaluate(step, progress=say), log, desc="motion recipe", progress=progress,
-        )  # fmt: skip
-    bake(backbone.model)
+        evals, minutes = run_recipe(backbone, work, recipe, out, log, progress=progress, start=start)
     state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"))
     shutil.rmtree(work, ignore_errors=True)
-    evals = [json.loads(start_file.read_text()), *evals]
+    evals = [json.loads(start.read_text()), *evals]
     record = {
         "recipe": asdict(recipe),
         "first_phase": first_phase.name,

@@ -108,7 +108,18 @@ def test_change_only_tokens_leave_every_other_world_text_as_it_was(world_backbon
 
 def test_a_rerun_with_more_steps_goes_on_from_the_saved_state(tmp_path):
     out = tmp_path / "motion"
-    args = ["--eval-every", "1", "--log-every", "1", "--eval-pairs", "2", "--pairs", "1", "--train", "temporal"]
+    args = [
+        "--eval-every",
+        "1",
+        "--log-every",
+        "1",
+        "--eval-pairs",
+        "2",
+        "--pairs",
+        "1",
+        "--train",
+        "temporal",
+    ]
     assert main([str(out), "--steps", "1", *args]) == 0
     first = json.loads((out / "motion_recipe.json").read_text())
     assert main([str(out), "--steps", "2", *args]) == 0
@@ -117,3 +128,32 @@ def test_a_rerun_with_more_steps_goes_on_from_the_saved_state(tmp_path):
     assert record["evals"][:2] == first["evals"]  # kept from the first run, not measured again
     logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in logged if "eval" not in e] == [1, 2]  # step 1 was not trained twice
+
+
+def test_train_backbone_runs_the_recipe_as_its_third_phase(tmp_path):
+    """`qaslr train-backbone OUT --first-phase DIR --motion-recipe-steps N`: the recipe from DIR's
+    weights, recorded in recipe.json (its hash names it), weights written."""
+    import dataclasses
+
+    from training.backbone import BackboneTrainConfig, recipe_hash, train_backbone
+
+    base = BackboneTrainConfig()
+    small = dataclasses.replace(base.motion_recipe, pairs=1, images=2, eval_pairs=2, eval_every=1)
+    config = dataclasses.replace(base, motion_recipe=dataclasses.replace(small, steps=1))
+    assert recipe_hash(config) != recipe_hash(dataclasses.replace(config, motion_recipe=small))
+    assert recipe_hash(dataclasses.replace(config, motion_recipe=small)) == recipe_hash(
+        dataclasses.replace(base, motion_recipe=dataclasses.replace(base.motion_recipe, steps=0))
+    )  # a recipe without the phase hashes as before it existed
+    out = train_backbone(tmp_path / "tw", config, first_phase=ASSET_DIR, progress=False)
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["recipe_hash"] == recipe_hash(config)
+    assert [e["step"] for e in recipe["phases"]["motion_recipe"]["evals"]] == [1]
+    assert {"reversal", "text_to_video_top1", "text_to_frame_top1"} <= recipe["phases"]["motion_recipe"][
+        "evals"
+    ][0].keys()
+    assert "reversal" in recipe["final"]
+    shipped, trained = (
+        load_file(str(ASSET_DIR / "model.safetensors")),
+        load_file(str(out / "model.safetensors")),
+    )
+    assert shipped.keys() == trained.keys()
