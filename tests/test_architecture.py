@@ -172,8 +172,7 @@ def test_indexer_does_not_import_the_command_line_or_service():
 
 def test_one_home_for_sql_and_for_atomic_writes():
     """All SQL lives in indexer/store/db.py; every file replacement goes through core/files.py
-    (publish's symlink swap is a rename of a link, not a file write; training/backbone.py belongs to
-    the shapes-world work and still has its own)."""
+    (publish's symlink swap is a rename of a link, not a file write)."""
     sql = re.compile(r"\"(SELECT|INSERT|UPDATE|DELETE|PRAGMA|CREATE) ")
     replace = re.compile(r"os\.replace\(|\.replace\(state_file\)|mkstemp\(")
     sql_outside, replace_outside = [], []
@@ -186,7 +185,6 @@ def test_one_home_for_sql_and_for_atomic_writes():
             if replace.search(text) and rel not in (
                 "core/files.py",
                 "indexer/publish.py",
-                "training/backbone.py",
             ):
                 replace_outside.append(rel)
     assert sql_outside == [] and replace_outside == []

@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -58,47 +57,11 @@ from training.backbone_config import (  # noqa: F401 (the recipe's names, import
     recipe_hash,
     world_sentences,
 )
-from training.backbone_trainer import BackboneTrainer, MotionTrainer
+from training.backbone_trainer import BackboneTrainer, MotionTrainer, run_phase
 
 logger = logging.getLogger(__name__)
 
 FIRST_WEIGHTS = "first_phase.safetensors"  # the first phase's weights, kept in OUT between phases
-
-
-def _run_phase(
-    trainer, state_file: Path, steps: int, eval_every: int, evaluate, log, *, desc: str, progress=True
-):
-    """Train ``trainer`` to ``steps`` (resuming from ``state_file``), evaluating every ``eval_every``
-    steps with ``evaluate(step)`` (saved with the state); returns (evals, minutes)."""
-    from tqdm import tqdm
-
-    evals: list[dict] = []
-    if state_file.exists():  # resume an interrupted run where it stopped
-        state = torch.load(state_file, weights_only=False)
-        trainer.load_state_dict(state["trainer"])
-        evals = state["evals"]
-        logger.info("resuming %s at step %d", desc, trainer.step)
-    started = time.perf_counter() - (evals[-1]["minutes"] * 60 if evals else 0.0)
-    bar = tqdm(total=steps, initial=trainer.step, desc=desc, unit="step", disable=not progress)
-    while trainer.step < steps:
-        stats = trainer.train_step()
-        bar.update(1)
-        if trainer.step % trainer.config.log_every == 0 or trainer.step == 1:
-            bar.set_postfix(loss=f"{stats['loss']:.3f}", d=f"{stats['difficulty']:.2f}")
-            log.write(json.dumps({"phase": desc, **stats}) + "\n")
-            log.flush()
-        if trainer.step % eval_every == 0 or trainer.step == steps:
-            result = {"step": trainer.step, "minutes": (time.perf_counter() - started) / 60}
-            result.update(evaluate(trainer.step))
-            evals.append(result)
-            log.write(json.dumps({"phase": desc, "eval": result}) + "\n")
-            log.flush()
-            logger.info("%s eval: %s", desc, result)
-            tmp = state_file.with_suffix(".tmp")
-            torch.save({"trainer": trainer.state_dict(), "evals": evals}, tmp)
-            tmp.replace(state_file)
-    bar.close()
-    return evals, (time.perf_counter() - started) / 60
 
 
 def train_backbone(
@@ -142,7 +105,7 @@ def train_backbone(
                 {**checks, **video_check(backbone)} if step >= config.frame_phase * config.steps else checks
             )
 
-        evals, minutes = _run_phase(BackboneTrainer(backbone, config), out / "state.pt", config.steps,
+        evals, minutes = run_phase(BackboneTrainer(backbone, config), out / "state.pt", config.steps,
                                     config.eval_every, first_eval, log, desc="train tiny-world", progress=progress)  # fmt: skip
         state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
         save_file(state, str(out / FIRST_WEIGHTS))
@@ -151,7 +114,7 @@ def train_backbone(
     phase = config.motion
     evals, minutes = [], 0.0
     if phase.steps:  # the motion phase (off by default: backbone_config.MotionPhaseConfig)
-        evals, minutes = _run_phase(
+        evals, minutes = run_phase(
             MotionTrainer(backbone, config), out / "state-motion.pt", phase.steps, phase.eval_every,
             lambda step: {**frame_check(backbone, trials=1), **video_check(backbone),
                           **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from models.backbone import Backbone, ClipStates
-from training.motion_recipe import MotionRecipe
 from world.vocab import EVENTS, ORDER_PHRASINGS, PHRASINGS, order_text
 
 logger = logging.getLogger(__name__)
@@ -65,6 +64,39 @@ class MotionPhaseConfig:
     dense_weight: float = 0.05
     seed_offset: int = 1000
     eval_every: int = 250
+
+
+@dataclass(frozen=True)
+class MotionRecipe:
+    """The motion recipe (training.motion_recipe, whose docstring says what each weight does)."""
+
+    steps: int = 1500
+    pairs: int = 8  # reversal pairs a step (16 clips)
+    images: int = 16  # event frames a step (frame retention)
+    retention: float = 1.0  # the frame-retention loss's weight
+    distill: float = 0.0  # weight of keeping each event frame's and event text's embedding where it was
+    clips: int = 0  # event clips (2-16 frames) a step whose embeddings distil too (with ``distill``)
+    long: int = 0  # long videos a step (``long_frames`` frames, the event on 1-3) distilled likewise
+    long_frames: int = 24
+    in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
+    lr: float = 1e-3
+    min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
+    scale: float = 14.0  # the reversal softmax's (about 1 / 0.07)
+    probe_scale: float = 10.0
+    pair_s: float = 0.2
+    difficulty: float = 0.3
+    seed: int = 11
+    eval_every: int = 250
+    eval_pairs: int = 56
+    threads: int = 1
+    log_every: int = 25  # a line of train_log.jsonl every this many steps
+    train: str = "all"  # "all", "temporal" or "temporal+words" (see TRAINABLE)
+
+
+# What learns: every weight; the patch embedding's frame difference alone; or that and the input
+# embeddings of the tokens only change texts use (:func:`change_only_tokens`). The last two leave every
+# still frame and every other world text embedding as it was.
+TRAINABLE = ("all", "temporal", "temporal+words")
 
 
 @dataclass(frozen=True)

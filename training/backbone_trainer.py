@@ -4,17 +4,20 @@ training-time probes, the first phase's trainer (:class:`BackboneTrainer`) and t
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.files import atomic_path
 from models.backbone import Backbone
 from training.backbone_config import (
     FIRST_ORDER_PHRASINGS,
@@ -413,3 +416,38 @@ class MotionTrainer(BackboneTrainer):
             )
             out.append(np.where(covered > 0.1, local, len(LOCAL_CHANGES)))
         return np.concatenate(out).astype(np.int64)
+
+
+def run_phase(
+    trainer, state_file: Path, steps: int, eval_every: int, evaluate, log, *, desc: str, progress=True
+):
+    """Train ``trainer`` to ``steps`` (resuming from ``state_file``), evaluating every ``eval_every``
+    steps with ``evaluate(step)`` (saved with the state); returns (evals, minutes)."""
+    from tqdm import tqdm
+
+    evals: list[dict] = []
+    if state_file.exists():  # resume an interrupted run where it stopped
+        state = torch.load(state_file, weights_only=False)
+        trainer.load_state_dict(state["trainer"])
+        evals = state["evals"]
+        logger.info("resuming %s at step %d", desc, trainer.step)
+    started = time.perf_counter() - (evals[-1]["minutes"] * 60 if evals else 0.0)
+    bar = tqdm(total=steps, initial=trainer.step, desc=desc, unit="step", disable=not progress)
+    while trainer.step < steps:
+        stats = trainer.train_step()
+        bar.update(1)
+        if trainer.step % trainer.config.log_every == 0 or trainer.step == 1:
+            bar.set_postfix(loss=f"{stats['loss']:.3f}", d=f"{stats['difficulty']:.2f}")
+            log.write(json.dumps({"phase": desc, **stats}) + "\n")
+            log.flush()
+        if trainer.step % eval_every == 0 or trainer.step == steps:
+            result = {"step": trainer.step, "minutes": (time.perf_counter() - started) / 60}
+            result.update(evaluate(trainer.step))
+            evals.append(result)
+            log.write(json.dumps({"phase": desc, "eval": result}) + "\n")
+            log.flush()
+            logger.info("%s eval: %s", desc, result)
+            with atomic_path(state_file) as tmp:
+                torch.save({"trainer": trainer.state_dict(), "evals": evals}, tmp)
+    bar.close()
+    return evals, (time.perf_counter() - started) / 60

@@ -38,48 +38,20 @@ with them (training/tiny_world/README.md, "Motion").
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from training.backbone_config import TRAINABLE, MotionRecipe
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MotionRecipe:
-    steps: int = 1500
-    pairs: int = 8  # reversal pairs a step (16 clips)
-    images: int = 16  # event frames a step (frame retention)
-    retention: float = 1.0  # the frame-retention loss's weight
-    distill: float = 0.0  # weight of keeping each event frame's and event text's embedding where it was
-    clips: int = 0  # event clips (2-16 frames) a step whose embeddings distil too (with ``distill``)
-    long: int = 0  # long videos a step (``long_frames`` frames, the event on 1-3) distilled likewise
-    long_frames: int = 24
-    in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
-    lr: float = 1e-3
-    min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
-    scale: float = 14.0  # the reversal softmax's (about 1 / 0.07)
-    probe_scale: float = 10.0
-    pair_s: float = 0.2
-    difficulty: float = 0.3
-    seed: int = 11
-    eval_every: int = 250
-    eval_pairs: int = 56
-    threads: int = 1
-    log_every: int = 25  # a line of train_log.jsonl every this many steps
-    train: str = "all"  # "all", "temporal" or "temporal+words" (see TRAINABLE)
-
-
-# What learns: every weight; the patch embedding's frame difference alone; or that and the input
-# embeddings of the tokens only change texts use (:func:`change_only_tokens`). The last two leave every
-# still frame and every other world text embedding as it was.
-TRAINABLE = ("all", "temporal", "temporal+words")
 
 
 class TemporalDifference(torch.nn.Module):
@@ -174,7 +146,7 @@ def bake(model: torch.nn.Module) -> None:
 class MotionRecipeTrainer:
     """One step of the recipe at a time (``train_step``), its checks (``evaluate``) and its state
     (``state_dict``: weights, probes, optimizer, random streams), so that
-    ``training.backbone._run_phase`` runs it with a progress bar, a log and resumption."""
+    ``training.backbone_trainer.run_phase`` runs it with a progress bar, a log and resumption."""
 
     def __init__(self, backbone, recipe: MotionRecipe, *, teacher=None):
         from training.world_data import WorldSampler
@@ -326,7 +298,7 @@ def run_recipe(backbone, checkpoint: Path, recipe: MotionRecipe, out: Path, log,
     resuming from OUT's state; ``checks()``: more measurements at each evaluation; ``start``: where the
     checks on the starting weights go (once). Returns (evals, minutes); the weights end baked."""
     from models.backbone import load_backbone
-    from training.backbone import _run_phase
+    from training.backbone_trainer import run_phase
 
     teacher = None
     if recipe.distill and recipe.train == "all":  # the starting weights, frozen: the frame path's teacher
@@ -334,14 +306,14 @@ def run_recipe(backbone, checkpoint: Path, recipe: MotionRecipe, out: Path, log,
         teacher.model.load_state_dict(backbone.model.state_dict())
         teacher.model.eval().requires_grad_(False)
     trainer = MotionRecipeTrainer(backbone, recipe, teacher=teacher)
-    say = print if progress else logger.info
+    say = functools.partial(print, flush=True) if progress else logger.info
 
     def evaluate(step: int) -> dict:
         return {**trainer.evaluate(step, progress=say), **(checks() if checks else {})}
 
     if start is not None and not start.exists():
         start.write_text(json.dumps({"step": 0, "minutes": 0.0, **evaluate(0)}) + "\n")
-    evals, minutes = _run_phase(trainer, out / STATE, recipe.steps, recipe.eval_every, evaluate, log,
+    evals, minutes = run_phase(trainer, out / STATE, recipe.steps, recipe.eval_every, evaluate, log,
                                 desc="motion recipe", progress=progress)  # fmt: skip
     bake(backbone.model)
     return evals, minutes
@@ -357,7 +329,7 @@ def train_motion(
 
     from models.backbone import load_backbone
     from models.checkpoint import make_checkpoint
-    from training.backbone import PRESET
+    from training.backbone_config import PRESET
 
     torch.set_num_threads(recipe.threads)
     torch.manual_seed(recipe.seed)
