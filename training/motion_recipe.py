@@ -23,16 +23,21 @@ frames, and minimises the sum of
 - optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
   still finds its own event's text among other events' clips.
 
-``train`` chooses what learns: ``all`` (every weight; frame retention keeps the frame path close),
-or ``temporal`` (only the image-neutral half of the vision patch embedding, :class:`TemporalDifference`:
-every single-frame and text embedding stays as it was, to float rounding, so nothing measured on
-frames moves, and retention and the text probe are off).
+``train`` chooses what learns: ``all`` (every weight; retention and distillation keep the frame path
+close); ``temporal`` (only the image-neutral half of the vision patch embedding,
+:class:`TemporalDifference`: every still frame, still clip and text embeds as before, to float
+rounding, so retention and the text probe are off); or ``temporal+words`` (that, and the input
+embeddings of the tokens only change texts use, :func:`change_only_tokens`). Measured: the last two
+do not learn direction (training/tiny_world/README.md, "Motion").
 
-AdamW at ``lr``, constant or (``min_lr_ratio`` < 1) decaying on a cosine. Every ``eval_every`` steps (and at the end) it records
-``training.backbone_checks`` ``motion_check`` (held-out reversal pairs) and ``frame_check``; it writes
-``model.safetensors`` (the last step's weights), ``tokenizer.json`` and ``motion_recipe.json`` (config,
-evaluations, minutes, torch) to OUT. It does not replace the shipped weights: what serves was measured
-with them (training/tiny_world/README.md, "Motion").
+AdamW at ``lr``, constant or (``min_lr_ratio`` < 1) decaying on a cosine. Every ``eval_every`` steps
+(and at the end) it records ``training.backbone_checks`` ``motion_check`` (held-out reversal pairs)
+and ``frame_check``, and saves its state (rerun the command to resume; with more ``--steps`` to go
+on); it writes ``model.safetensors`` (the last step's weights), ``tokenizer.json``,
+``train_log.jsonl`` and ``motion_recipe.json`` (config, evaluations, minutes, torch) to OUT.
+``benchmarks/bench_backbone.py OUT`` measures the weights beside the shipped ones on seeds that
+chose nothing. ``qaslr train-backbone --motion-recipe-steps N`` runs the recipe as its third phase.
+It does not replace the shipped weights: what serves was measured with them.
 """
 
 from __future__ import annotations
