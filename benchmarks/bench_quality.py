@@ -4,7 +4,7 @@
         [--heavy 1 2 3] [--rerank-head [NAME=]RUNDIR ...] [--exit-threshold 0.9] [--index-head DIR]
         [--conditioning none] [--videos 32] [--motion-pairs 7] [--order-pairs 5] [--count-pairs 3]
         [--count3-pairs 3] [--time-singles 8] [--frames 32] [--shortlist 10] [--no-cold] [--workdir DIR]
-        [--json F]
+        [--model DIR] [--oneshot-moments N] [--json F]
 
 Per seed it renders (once per machine, cached under --workdir) a corpus of ``--videos`` long world
 videos (2-5 min, random size, aspect ratio, fps 4-8, H.264 / MPEG-4 / VP9 in mp4 / avi / webm /
@@ -398,7 +398,8 @@ def one_seed(seed: int, args, model: Path) -> dict:
             if name == "single":
                 builds[f"{mode.index}{bank}"] = built
             # every row names its stage-2 head: a checkpoint's own head is served only as a --rerank-head
-            settings = {"checkpoint_head": False, "checkpoint_time_head": False, **dict(mode.settings)}
+            settings = {"checkpoint_head": False, "checkpoint_time_head": False,
+                        "oneshot_moments": args.oneshot_moments, **dict(mode.settings)}  # fmt: skip
             config = EngineConfig(
                 index=index, model=str(model), head=head, default_frames=args.frames, **settings
             )
@@ -493,6 +494,8 @@ def main(argv=None) -> int:
     )  # fmt: skip
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
+    p.add_argument("--oneshot-moments", type=int, default=0, help="one-shot rows read each candidate's top N "
+                   "moments as temporal pairs (engine setting oneshot_moments; 0: Q-Frame's K' frames)")  # fmt: skip
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
     p.add_argument("--workdir", default=None, help="cache for corpora, checkpoint and indexes")
     p.add_argument("--json", default=None, help="write the results here")

@@ -28,7 +28,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["WindowPlan", "moment_windows", "window_reads"]
+__all__ = ["MOTION_PAIR_S", "WindowPlan", "moment_plan", "moment_windows", "window_reads"]
+
+# Seconds between the two frames of a temporal pair when a moment is read to see motion: what the
+# tiny-world motion recipes train clips on (training.backbone_config), and what a one-shot tier that
+# reads moments uses (``moment_plan``).
+MOTION_PAIR_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,12 @@ def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarra
         windows.append(np.arange(first, last + 1, dtype=np.int64))
         taken[max(0, first - 1) : last + 2] = True
     return sorted(windows, key=lambda w: int(w[0]))
+
+
+def moment_plan(moments: int) -> WindowPlan | None:
+    """The window plan of a one-shot stage 2 that reads each candidate's top ``moments`` moments as
+    temporal pairs ``MOTION_PAIR_S`` apart (None for 0: Q-Frame's K' frames)."""
+    return WindowPlan(windows=moments, pair_s=MOTION_PAIR_S) if moments else None
 
 
 def window_reads(

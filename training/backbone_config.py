@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from models.backbone import Backbone, ClipStates
+from models.windows import MOTION_PAIR_S
 from world.vocab import EVENTS, ORDER_PHRASINGS, PHRASINGS, order_text
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class MotionPhaseConfig:
     warmup: int = 50
     ramp: float = 0.4  # share of the steps over which the world's difficulty grows from easy to full again
     motion_pairs: int = 12
-    pair_s: float = 0.2  # a reversal clip's frames come in temporal pairs this far apart (models.windows)
+    pair_s: float = MOTION_PAIR_S  # a reversal clip's frames come in temporal pairs this far apart
     static_twins: float = 0.25
     probe_lr: float = 1e-2  # the fresh probes' own (fixed) learning rate
     # the first phase's mix, smaller: it keeps what the first phase learned while the steps go to motion
@@ -83,7 +84,7 @@ class MotionRecipe:
     min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
     scale: float = 14.0  # the reversal softmax's (about 1 / 0.07)
     probe_scale: float = 10.0
-    pair_s: float = 0.2
+    pair_s: float = MOTION_PAIR_S
     difficulty: float = 0.3
     seed: int = 11
     eval_every: int = 250

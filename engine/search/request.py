@@ -54,6 +54,7 @@ class SearcherConfig:
     max_top_k: int = MAX_TOP_K
     max_shortlist: int = MAX_SHORTLIST
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
+    oneshot_moments: int = 0  # one-shot reads each candidate's top N moments as temporal pairs (0: Q-Frame)
 
     @classmethod
     def from_engine_config(cls, config=None) -> SearcherConfig:
@@ -76,6 +77,7 @@ class SearcherConfig:
             tie_margin=config.tie_margin,
             head_candidates=config.head_candidates,
             keep_margin=config.keep_margin,
+            oneshot_moments=config.oneshot_moments,
         )
 
 

@@ -129,6 +129,7 @@ class Searcher:
             temperature=config.temperature,
             exit_min_steps=config.exit_min_steps,
             encode_chunk=config.encode_chunk,
+            moments=config.oneshot_moments,
         )
         reranker = encoding_tier(stage2, self.index, self.frames, gate=gate, **options)
         reranker.batcher = self.batcher

@@ -35,7 +35,7 @@ from engine.tiers.base import Tier, TierRequest
 from models.backbone import VideoClip
 from models.selection import query_aware_positions, selection_seed
 from models.streaming import VideoEncoder
-from models.windows import moment_windows, window_reads
+from models.windows import moment_plan, moment_windows, window_reads
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class EncodeTier(Tier):
         gate=None,
         exit_min_steps: int = 2,
         encode_chunk: int = 16,
+        moments: int = 0,
     ):
         self.encoder = encoder
         self.index = index
@@ -64,6 +65,7 @@ class EncodeTier(Tier):
         self.gate = gate
         self.exit_min_steps = exit_min_steps
         self.encode_chunk = encode_chunk
+        self.moments = moments  # a one-shot tier's moments read as temporal pairs (0: Q-Frame)
 
     @property
     def streaming(self) -> bool:
@@ -77,14 +79,15 @@ class EncodeTier(Tier):
 
     @property
     def window_plan(self):
-        """The head's moment windows (models.windows), when its selection is by moments."""
+        """The moment windows (models.windows) when selection is by moments: a head's own plan, or,
+        one-shot, ``moments`` of them read as temporal pairs (``oneshot_moments``)."""
         head = getattr(self.encoder, "head", None)
-        return None if head is None else head.config.window_plan
+        return moment_plan(self.moments) if head is None else head.config.window_plan
 
     def select(self, hit: Hit, request: TierRequest) -> Selection:
         """The frames chosen for ``hit`` (Eq. 2): K' by Q-Frame, cut into clips by Eq. 3; or, for a
-        head trained on moments, its windows (models.windows: dense around the relevance peaks, in
-        time order, one clip each, with their pair frames)."""
+        head trained on moments (or a one-shot tier given ``moments``), its windows (models.windows:
+        dense around the relevance peaks, in time order, one clip each, with their pair frames)."""
         bank = self.index.frame_bank(hit.video_id)
         relevance = bank_relevance(self.index, hit, request.q_vec)  # [C]
         plan = self.window_plan

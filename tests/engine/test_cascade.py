@@ -194,3 +194,39 @@ def test_a_count_or_order_no_tier_answers_is_said_not_silently_dropped(world_eng
     assert any("a count (2 times)" in w and "mode or heavy" in w for w in frames.warnings)
     plain = searcher.search({"query": "a red square appears", "top_k": 3})
     assert not any("was ignored" in w for w in plain.warnings)
+
+
+def test_oneshot_moments_read_the_peak_moment_as_temporal_pairs(
+    world_index, tiny_world_checkpoint, world_corpus
+):
+    """``oneshot_moments`` (engine setting): one-shot stage 2 reads each candidate's top moment as bank
+    frames each followed by the source frame MOTION_PAIR_S later, around the event, not Q-Frame's K'."""
+    from engine import EngineConfig, load_engine
+    from models.windows import MOTION_PAIR_S
+
+    query, right = world_corpus.queries("single")[3]
+    (_, start, end), *_ = world_corpus.by_id()[right].events
+    reads = {}
+    for moments in (0, 1):
+        engine = load_engine(
+            EngineConfig(index=world_index, model=str(tiny_world_checkpoint), oneshot_moments=moments)
+        )
+        try:
+            frames, seen = engine.searcher.reranker.frames, []
+            get = frames.get
+            frames.get = lambda items, stats, seen=seen, get=get: seen.extend(items) or get(items, stats)
+            out = engine.searcher.search(
+                {"query": query, "mode": "rerank", "heavy": 2, "top_k": 2, "frames": 16}
+            )
+            assert out.hits[0].video_id == right and out.hits[0].tier == "oneshot"
+            reads[moments] = {record.id: (record, np.asarray(read)) for record, read in seen}
+        finally:
+            engine.close()
+    record, qframe = reads[0][right]
+    assert len(qframe) == 16  # K' frames by Q-Frame
+    record, paired = reads[1][right]
+    step = max(1, round(MOTION_PAIR_S * float(record.fps)))
+    assert 2 <= len(paired) <= 16 and len(paired) % 2 == 0
+    assert (paired[1::2] - paired[0::2] == step).all()  # each bank frame, then the frame a moment after
+    seconds = paired / float(record.fps)
+    assert start - 3.0 <= seconds.min() and seconds.max() <= end + 3.0  # the moment around the event
