@@ -145,13 +145,19 @@ def _command(data: dict, script: str) -> str:
     parts = [f"OMP_NUM_THREADS=1 .venv/bin/python {script}"]
     if "seeds" in args:
         parts.append("--seeds " + " ".join(str(s) for s in args["seeds"]))
-    for flag, key, default in (
-        ("--videos", "videos", 32), ("--order-pairs", "order_pairs", 4),
-        ("--count-pairs", "count_pairs", 4), ("--min-s", "min_s", 120.0),
+    for flag, key, default in (  # bench_quality's defaults (benchmarks/quality_time.py for the pairs)
+        ("--videos", "videos", 32), ("--time-singles", "time_singles", 8), ("--motion-pairs", "motion_pairs", 7),
+        ("--order-pairs", "order_pairs", 5), ("--count-pairs", "count_pairs", 3),
+        ("--count3-pairs", "count3_pairs", 3), ("--min-s", "min_s", 120.0),
         ("--max-s", "max_s", 300.0), ("--legacy-bank", "legacy_bank", 0),
+        ("--oneshot-moments", "oneshot_moments", 0), ("--model", "model", None),
     ):  # fmt: skip
         if key in args and args[key] != default:
             parts.append(f"{flag} {args[key]:g}" if isinstance(args[key], float) else f"{flag} {args[key]}")
+    if args.get("heavy") not in (None, [1, 2, 3]):
+        parts.append("--heavy " + " ".join(str(h) for h in args["heavy"]))
+    if args.get("no_checkpoint_head"):
+        parts.append("--no-checkpoint-head")
     return " ".join(parts)
 
 
@@ -386,6 +392,19 @@ def results_page() -> str:
     if recipe:
         out += time_recipe_section(recipe)
     out += backbone_section([(p.name, _load(p.name)) for p in sorted(BENCH.glob("backbone_motion*.json"))])
+    for name, backbone in (
+        (
+            "motion_moments.json",
+            "the distilled motion recipe's weights (`docs/bench/motion_recipe_distill.json`)",
+        ),
+        ("motion_moments_shipped.json", "the shipped weights"),
+    ):
+        data = _load(name)
+        if data:
+            intro = [f"One-shot reads each candidate's top moment as temporal pairs (`--oneshot-moments "
+                     f"{data['args'].get('oneshot_moments')}`), with {backbone}; seeds that chose nothing (seed 0 "
+                     "chose one moment over two).", ""]  # fmt: skip
+            out += quality_section(data, f"One-shot reading moments: {name}", TIME_COLUMNS, intro)
     for name, title, script in (
         ("first_query.json", "A fresh server's first query", "benchmarks/bench_first_query.py"),
         ("load.json", "Many users at once", "benchmarks/bench_load.py"),
