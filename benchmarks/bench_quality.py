@@ -400,10 +400,8 @@ def one_seed(seed: int, args, model: Path) -> dict:
             # every row names its stage-2 head: a checkpoint's own head is served only as a --rerank-head
             settings = {"checkpoint_head": False, "checkpoint_time_head": False,
                         "oneshot_moments": args.oneshot_moments, **dict(mode.settings)}  # fmt: skip
-            config = EngineConfig(
-                index=index, model=str(model), head=head, default_frames=args.frames, **settings
-            )
-            engine = load_engine(config)
+            engine = load_engine(EngineConfig(index=index, model=str(model), head=head,
+                                              default_frames=args.frames, **settings))  # fmt: skip
             try:
                 row = results.setdefault(mode.name, {})
                 if name == "single":
@@ -494,8 +492,6 @@ def main(argv=None) -> int:
     )  # fmt: skip
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
-    p.add_argument("--oneshot-moments", type=int, default=0, help="one-shot rows read each candidate's top N "
-                   "moments as temporal pairs (engine setting oneshot_moments; 0: Q-Frame's K' frames)")  # fmt: skip
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
     p.add_argument("--workdir", default=None, help="cache for corpora, checkpoint and indexes")
     p.add_argument("--json", default=None, help="write the results here")

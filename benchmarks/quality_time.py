@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--order-pairs", type=int, default=5, help="mirror pairs per seed (0: no order columns)")
     p.add_argument("--count-pairs", type=int, default=3, help="once / twice pairs per seed")
     p.add_argument("--count3-pairs", type=int, default=3, help="twice / three-times pairs per seed")
+    p.add_argument("--oneshot-moments", type=int, default=0, help="one-shot rows read each candidate's top N "
+                   "moments as temporal pairs (engine setting oneshot_moments; 0: Q-Frame's K' frames)")  # fmt: skip
 
 
 def time_corpus(seed: int, args):
