@@ -44,17 +44,13 @@ KEYS = (
 
 def load(weights: Path, work: Path):
     """``weights`` (model.safetensors + tokenizer.json) as a tiny-world checkpoint, loaded as served."""
-    from safetensors.torch import load_file
-
     from models.backbone import load_backbone
     from models.checkpoint import make_checkpoint
-    from training.backbone import PRESET
+    from training.backbone_config import PRESET
 
-    checkpoint = make_checkpoint(work, preset=PRESET, seed=0, tokenizer=weights / "tokenizer.json")
-    backbone = load_backbone(checkpoint, device="cpu", dtype="float32")
-    backbone.model.load_state_dict(load_file(str(weights / "model.safetensors")))
-    backbone.model.eval()
-    return backbone
+    checkpoint = make_checkpoint(work, preset=PRESET, seed=0, weights=weights / "model.safetensors",
+                                 tokenizer=weights / "tokenizer.json")  # fmt: skip
+    return load_backbone(checkpoint, device="cpu", dtype="float32")
 
 
 def measure(backbone, seed: int) -> dict:

@@ -330,7 +330,7 @@ def train_motion(
     """Run ``recipe`` from the weights in ``first_phase`` (a directory with ``model.safetensors`` and
     ``tokenizer.json``), resuming from OUT's state if an earlier run stopped; write OUT's files and
     return the record."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     from models.backbone import load_backbone
     from models.checkpoint import make_checkpoint
@@ -340,9 +340,9 @@ def train_motion(
     torch.manual_seed(recipe.seed)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(first_phase / "tokenizer.json", out / "tokenizer.json")
-    work = make_checkpoint(out / "checkpoint", preset=PRESET, seed=0, tokenizer=out / "tokenizer.json")
+    work = make_checkpoint(out / "checkpoint", preset=PRESET, seed=0, weights=first_phase / "model.safetensors",
+                           tokenizer=out / "tokenizer.json")  # fmt: skip
     backbone = load_backbone(work, device="cpu", dtype="float32")
-    backbone.model.load_state_dict(load_file(str(first_phase / "model.safetensors")))
     start = out / "start.json"  # the checks on the starting weights, kept across a resumption
     with open(out / "train_log.jsonl", "a") as log:
         evals, minutes = run_recipe(backbone, work, recipe, out, log, progress=progress, start=start)
