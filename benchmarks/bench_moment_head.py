@@ -97,7 +97,9 @@ def main(argv=None) -> int:
         base = dataclasses.replace(base, epochs=args.epochs)
 
     def split(seed):
-        return build_split(work, seed, model, corpus=base.corpus, candidates=base.candidates, plan=base.windows)
+        return build_split(
+            work, seed, model, corpus=base.corpus, candidates=base.candidates, plan=base.windows
+        )
 
     started = time.perf_counter()
     train = [split(s) for s in base.train_seeds]

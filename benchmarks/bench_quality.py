@@ -60,7 +60,6 @@ Chance Hit@1 is 1/videos. Nothing here is asserted: a bad number is a result.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -75,11 +74,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import quality_args  # noqa: E402
 from benchmarks.coldness import cold_warm  # noqa: E402
 from benchmarks.provenance import environment, recorded_args, world_workdir_and_model  # noqa: E402
 from benchmarks.quality_time import RULE, TIME_METRICS, time_corpus, time_rows  # noqa: E402
-from benchmarks.quality_time import add_arguments as add_time_arguments  # noqa: E402
-from core.config import DEFAULT_HEAVY, DEFAULT_HEAVY_MARGIN, DEFAULT_TEXT_CONDITIONING  # noqa: E402
+from core.config import DEFAULT_HEAVY, DEFAULT_HEAVY_MARGIN  # noqa: E402
 
 METRICS = (
     ("recall@R", "stage-1 R@R %", True),
@@ -442,60 +441,7 @@ def fmt(values: list[float], pct: bool) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--videos", type=int, default=32, help="single-event videos per corpus (1-32)")
-    add_time_arguments(p)
-    p.add_argument("--min-s", type=float, default=120.0)
-    p.add_argument("--max-s", type=float, default=300.0)
-    p.add_argument("--frames", type=int, default=32, help="K': stage-2 frames per candidate")
-    p.add_argument(
-        "--legacy-bank", type=int, default=0, metavar="C",
-        help="also index with at most C bank frames per video (the policy before: 256) and add its frame-tier "
-        "and cascade rows (0: off)",
-    )  # fmt: skip
-    p.add_argument("--shortlist", type=int, default=10, help="R")
-    p.add_argument(
-        "--heavy", type=int, nargs="+", default=[1, 2, DEFAULT_HEAVY],
-        help="cascade rows: the heavy tier on the frame tier's top H (one row each; R is always a row)",
-    )  # fmt: skip
-    p.add_argument(
-        "--conditioning",
-        nargs="+",
-        default=[str(DEFAULT_TEXT_CONDITIONING)],
-        choices=["none", "after", "before"],
-        help="one-shot stage 2: where the query text goes (one row each)",
-    )
-    p.add_argument(
-        "--no-checkpoint-head",
-        action="store_true",
-        help="leave out the rows of the head the checkpoint ships (the tiny-world checkpoint's, served by "
-        "default; otherwise measured as --rerank-head shipped=MODEL/rerank_head)",
-    )
-    p.add_argument(
-        "--rerank-head",
-        action="append",
-        default=[],
-        metavar="[NAME=]DIR",
-        help="a two-stage head, or a `qaslr train` output directory holding head/ (and gate/: adds early-exit "
-        "rows); repeatable, one two-stage QASLR row each",
-    )
-    p.add_argument(
-        "--time-head", default=None, metavar="DIR",
-        help="a time head (`qaslr train-time-head`) for the order and count queries: one row (default: the "
-        "shipped training/tiny_world/time_head with the tiny-world backbone; 'none': no row)",
-    )  # fmt: skip
-    p.add_argument(
-        "--cold", action=argparse.BooleanOptionalAction, default=True,
-        help="stage 1 and the default: each query also cold (frame cache emptied, its video first in this pass; "
-        "the one pass before met it) and warm (the same query again), p50 of each; --no-cold skips it (2 searches a query)",
-    )  # fmt: skip
-    p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
-    p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
-    p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
-    p.add_argument("--workdir", default=None, help="cache for corpora, checkpoint and indexes")
-    p.add_argument("--json", default=None, help="write the results here")
-    args = p.parse_args(argv)
+    args = quality_args.parser(__doc__).parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     model = world_workdir_and_model(args, "qaslr-bench-quality")
     from engine.loader import checkpoint_head_dir

@@ -191,7 +191,12 @@ def _info(
         # queries about order and count (engine.tiers.timehead): the time head's digest and source
         "time_head": rerank.time_fingerprint,
         "time_head_source": rerank.time_source,
-        "cascade": {"heavy": config.heavy, "heavy_margin": config.heavy_margin},
+        # oneshot_moments: one-shot reads each candidate's top N moments as temporal pairs (0: Q-Frame)
+        "cascade": {
+            "heavy": config.heavy,
+            "heavy_margin": config.heavy_margin,
+            "oneshot_moments": config.oneshot_moments,
+        },
         "min_relevance": MIN_RELEVANCE,
         "batching": None
         if batcher is None

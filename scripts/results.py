@@ -46,6 +46,17 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
 RESULTS = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
+
+
+def quality_defaults() -> dict:
+    """bench_quality's defaults (benchmarks/quality_args.py), so a run's command names what differed."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.quality_args import defaults
+
+    return defaults()
+
+
 START, END = "<!-- results:start (scripts/results.py) -->", "<!-- results:end -->"
 
 # bench_quality columns shown in docs/results.md: (key, label, percent)
@@ -145,16 +156,13 @@ def _command(data: dict, script: str) -> str:
     parts = [f"OMP_NUM_THREADS=1 .venv/bin/python {script}"]
     if "seeds" in args:
         parts.append("--seeds " + " ".join(str(s) for s in args["seeds"]))
-    for flag, key, default in (  # bench_quality's defaults (benchmarks/quality_time.py for the pairs)
-        ("--videos", "videos", 32), ("--time-singles", "time_singles", 8), ("--motion-pairs", "motion_pairs", 7),
-        ("--order-pairs", "order_pairs", 5), ("--count-pairs", "count_pairs", 3),
-        ("--count3-pairs", "count3_pairs", 3), ("--min-s", "min_s", 120.0),
-        ("--max-s", "max_s", 300.0), ("--legacy-bank", "legacy_bank", 0),
-        ("--oneshot-moments", "oneshot_moments", 0), ("--model", "model", None),
-    ):  # fmt: skip
-        if key in args and args[key] != default:
+    defaults = quality_defaults()
+    for key in ("videos", "time_singles", "motion_pairs", "order_pairs", "count_pairs", "count3_pairs", "min_s",
+                "max_s", "legacy_bank", "oneshot_moments", "model"):  # fmt: skip
+        if key in args and args[key] != defaults[key]:
+            flag = "--" + key.replace("_", "-")
             parts.append(f"{flag} {args[key]:g}" if isinstance(args[key], float) else f"{flag} {args[key]}")
-    if args.get("heavy") not in (None, [1, 2, 3]):
+    if args.get("heavy") not in (None, defaults["heavy"]):
         parts.append("--heavy " + " ".join(str(h) for h in args["heavy"]))
     if args.get("no_checkpoint_head"):
         parts.append("--no-checkpoint-head")

@@ -126,7 +126,9 @@ def backbone_section(runs: list[tuple[str, dict]]) -> list[str]:
         ]
         for key, label in BACKBONE_CHECKS:
             cells = [backbones[b]["summary"][key] for b in ("base", "other")]
-            out.append(f"| {label} | " + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells) + " |")
+            out.append(
+                f"| {label} | " + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells) + " |"
+            )
         changes = backbones["other"]["summary"]["reversal_by_change"]
         out.append(
             "| reversal by change | "

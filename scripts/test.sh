@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs the project (with the Ray extra), makes sure
 # a Redis server answers on 127.0.0.1:6379 (starts one if not), Chromium with its chromedriver and
-# the network-namespace tools the Ray test uses are installed, lints, then runs pytest.
+# the network-namespace tools the Ray test uses are installed, lints and checks the formatting, then
+# runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
@@ -28,4 +29,5 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v unshare >/dev/null 2>&1; then
 fi
 export QASLR_REQUIRE_RAY=${QASLR_REQUIRE_RAY:-1}
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -q "$@"

@@ -171,7 +171,9 @@ class Cascade:
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
             state.outcome.rerank_embedder = self.time_tier.name
             frame = list(hits)
-            return self._keep_time_unless_shown(state, frame, self.time_tier.run(request, hits, signals.time_plan))
+            return self._keep_time_unless_shown(
+                state, frame, self.time_tier.run(request, hits, signals.time_plan)
+            )
         if route.tier == HEAVY:
             ranked = self._heavy(state, request, hits, route.candidates)
             return (

@@ -212,6 +212,7 @@ def test_oneshot_moments_read_the_peak_moment_as_temporal_pairs(
             EngineConfig(index=world_index, model=str(tiny_world_checkpoint), oneshot_moments=moments)
         )
         try:
+            assert engine.info["cascade"]["oneshot_moments"] == moments  # as /readyz says it
             frames, seen = engine.searcher.reranker.frames, []
             get = frames.get
             frames.get = lambda items, stats, seen=seen, get=get: seen.extend(items) or get(items, stats)

@@ -116,7 +116,9 @@ def test_an_encoder_streams_the_clips_the_selection_cut_and_the_query_states(tin
     backbone = load_backbone(tiny_checkpoint, device="cpu", dtype="float32")
     config = _config(hidden_size=backbone.hidden_size, embed_dim=backbone.embed_dim, max_evidence_tokens=256)
     head = create_head(config, seed=4).eval()
-    encoder = VideoEncoder(backbone, head, config=StreamingConfig(max_frames=32, clip_len=8, max_evidence=256))
+    encoder = VideoEncoder(
+        backbone, head, config=StreamingConfig(max_frames=32, clip_len=8, max_evidence=256)
+    )
     rng = np.random.default_rng(0)
     h, w = backbone.frame_shape(64, 48)[::-1]
     frames = rng.integers(0, 255, size=(7, h, w, 3), dtype=np.uint8)
