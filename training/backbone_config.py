@@ -79,6 +79,9 @@ class MotionRecipe:
     clips: int = 0  # event clips (2-16 frames) a step whose embeddings distil too (with ``distill``)
     long: int = 0  # long videos a step (``long_frames`` frames, the event on 1-3) distilled likewise
     long_frames: int = 24
+    # steps before ``clips`` and ``long`` distil (0: from the first): direction learnt first, then
+    # a video's embedding brought back (measured: with long videos from the start it is not learnt)
+    videos_from: int = 0
     in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
     lr: float = 1e-3
     min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)

@@ -19,7 +19,8 @@ frames, and minimises the sum of
   their texts embedded by the starting weights (frozen) and by the trained ones, ``1 - cos`` between
   the two, so that single-frame retrieval stays where it was, not only ranked right; with
   ``clips`` and ``long``, event clips and long videos (one-shot) likewise, so that a video's
-  embedding (stage 1, the one-shot tier) stays where it was too;
+  embedding (stage 1, the one-shot tier) stays where it was too, after the first ``videos_from`` steps
+  (direction is learnt first: with long videos from the first step it was not);
 - optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
   still finds its own event's text among other events' clips.
 
@@ -230,7 +231,7 @@ class MotionRecipeTrainer:
                     was_frame = embed_images(self.teacher, frames)
                 kept = (z_named * was_named).sum(-1).mean() + (z_frame * was_frame).sum(-1).mean()
                 parts["distill"] = c.distill * (2 - kept)
-                if c.clips or c.long:
+                if (c.clips or c.long) and self.step >= c.videos_from:
                     labels = self.rng.choice(len(EVENTS), size=c.clips + c.long, replace=False)
                     kept_clips = [self.sampler.clip(int(k)).clip for k in labels[: c.clips]]
                     kept_clips += [self.sampler.long(int(k), c.long_frames).clip for k in labels[c.clips :]]
@@ -370,6 +371,7 @@ HELP = {
     "distill": "weight of keeping event frames' and texts' embeddings where the start had them",
     "clips": "event clips a step kept where the start had them (with --distill)",
     "long": "long videos a step kept where the start had them, one-shot (with --distill)",
+    "videos_from": "steps before --clips and --long distil (0: from the first)",
     "in_batch": "weight of text <-> clip contrastive over the step's clips (0: off)",
     "min_lr_ratio": "cosine decay to lr x this (1: constant)",
     "train": "what learns: every weight, the patch embedding's frame difference, or that and the "

@@ -34,6 +34,20 @@ def test_two_steps_move_the_weights_and_record_both_checks(tmp_path, capsys):
     assert '"reversal"' in capsys.readouterr().out
 
 
+def test_videos_distil_after_videos_from_steps(tmp_path):
+    """--videos-from N: event clips and long videos distil from step N + 1 on, frames from the first."""
+    out = tmp_path / "motion"
+    args = ["--steps", "3", "--eval-every", "3", "--log-every", "1", "--eval-pairs", "2", "--pairs", "1",
+            "--images", "2", "--distill", "1", "--clips", "1", "--long", "1", "--long-frames", "4",
+            "--videos-from", "2"]  # fmt: skip
+    assert main([str(out), *args]) == 0
+    logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = {e["step"]: e for e in logged if "eval" not in e}
+    assert sorted(steps) == [1, 2, 3]
+    assert all("distill" in steps[k] for k in steps)
+    assert ["distill_clips" in steps[k] for k in (1, 2, 3)] == [False, False, True]
+
+
 @pytest.fixture()
 def world_backbone(tiny_world_checkpoint):
     from models.backbone import load_backbone
