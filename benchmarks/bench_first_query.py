@@ -68,13 +68,11 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default=None, help="cache for the corpus, checkpoint and index")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
-    from training.backbone import tiny_world_checkpoint
+    from training.backbone import current_tiny_world_checkpoint
 
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-bench-first-query")
     work.mkdir(parents=True, exist_ok=True)
-    model = work / "tiny-world"
-    if not (model / "config.json").exists():
-        tiny_world_checkpoint(model)
+    model = current_tiny_world_checkpoint(work / "tiny-world")
     index = _index(work, model)
     phrasings = [e.text() for e in EVENTS]
     rows = []

@@ -107,12 +107,10 @@ def build_index(
     """The tiny-world backbone, and the one-shot index of the corpus with its (query, right video) pairs."""
     from indexer import BuildOptions
     from indexer import build_index as build
-    from training.backbone import tiny_world_checkpoint
+    from training.backbone import current_tiny_world_checkpoint
     from world.corpus import CorpusConfig, make_corpus
 
-    model = work / "tiny-world"
-    if not (model / "config.json").exists():
-        tiny_world_checkpoint(model)
+    model = current_tiny_world_checkpoint(work / "tiny-world")
     corpus = make_corpus(
         work / f"corpus-{videos}p2-{min_s:g}-{max_s:g}",
         CorpusConfig(

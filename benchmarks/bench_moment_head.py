@@ -82,16 +82,14 @@ def main(argv=None) -> int:
 
     from benchmarks.provenance import environment, recorded_args
     from core.config import DEFAULT_MAX_EVIDENCE
-    from training.backbone import tiny_world_checkpoint
+    from training.backbone import current_tiny_world_checkpoint
     from training.moment_data import build_split, describe
     from training.moment_head import MomentRecipe, evaluate, train_head
 
     torch.set_num_threads(args.threads)
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
     work.mkdir(parents=True, exist_ok=True)
-    model = work / "tiny-world-checkpoint"
-    if not (model / "config.json").exists():
-        tiny_world_checkpoint(model)
+    model = current_tiny_world_checkpoint(work / "tiny-world-checkpoint")
     base = MomentRecipe()
     if args.epochs:
         base = dataclasses.replace(base, epochs=args.epochs)

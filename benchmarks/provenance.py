@@ -138,9 +138,6 @@ def world_workdir_and_model(args, default_name: str) -> Path:
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     if args.model:
         return Path(args.model).resolve()
-    from training.backbone import tiny_world_checkpoint
+    from training.backbone import current_tiny_world_checkpoint
 
-    model = Path(args.workdir) / "tiny-world"
-    if not (model / "config.json").exists():
-        tiny_world_checkpoint(model)
-    return model
+    return current_tiny_world_checkpoint(Path(args.workdir) / "tiny-world")

@@ -39,6 +39,7 @@ them (both phases; ``--first-phase DIR`` starts the second from a first phase's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -167,6 +168,34 @@ def first_phase_record(directory: Path) -> dict:
             "recipe_hash": recipe["recipe_hash"]}  # fmt: skip
 
 
+def assets_digest(assets: Path = ASSET_DIR) -> str:
+    """Content hash of a tiny-world backbone's files (weights, tokenizer, and the heads shipped with
+    them): what a checkpoint written from them records, so that a stale copy is found."""
+    h = hashlib.sha256()
+    files = [assets / "model.safetensors", assets / "tokenizer.json"]
+    for folder in (CHECKPOINT_HEAD_DIR, CHECKPOINT_TIME_HEAD_DIR):
+        files += sorted(p for p in (assets / folder).glob("*") if p.is_file())
+    for path in files:
+        if path.exists():
+            h.update(path.relative_to(assets).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def current_tiny_world_checkpoint(directory: str | Path) -> Path:
+    """The shipped tiny-world checkpoint in ``directory``: written there if missing, and written again
+    if it was written from other weights than those shipped now (a work directory kept across an
+    update of ``training/tiny_world/``), so a command never serves a stale copy."""
+    directory = Path(directory)
+    hints = directory / "qaslr_backbone.json"
+    if (directory / "config.json").exists() and hints.exists():
+        if json.loads(hints.read_text()).get("assets_digest") == assets_digest():
+            return directory
+        logger.info("the shipped tiny-world backbone changed: writing %s again", directory)
+        shutil.rmtree(directory)
+    return tiny_world_checkpoint(directory)
+
+
 def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
     """Write the tiny-world checkpoint to ``directory`` in the public file layout.
 
@@ -192,6 +221,7 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
     recipe = json.loads((assets / "recipe.json").read_text())
     info = {
         "trained": "shapes world (see docs/shapes-world.md)",
+        "assets_digest": assets_digest(assets),
         "recipe_hash": recipe["recipe_hash"],
         "train_minutes": recipe["train_minutes"],
         "frame_check": recipe["final"],

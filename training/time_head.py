@@ -104,13 +104,15 @@ def load_split(work: Path, seed: int, model: Path, **render) -> TimeSplit:
     from indexer import BuildOptions, build_index
     from indexer.assembly import encoder_for, load_model_for_index
     from indexer.store import IndexReader
+    from models.backbone import checkpoint_fingerprint
 
     corpora = render_split(work, seed, **render)
     banks: dict[str, np.ndarray] = {}
     encoder = None
     texts: list[tuple[str, str, str]] = []  # (query, right key, partner key)
     for corpus in corpora:
-        index_dir = work / f"index-{corpus.root.name}-{model.name}"
+        # named by the backbone's fingerprint: a render indexed once per backbone, never a stale index
+        index_dir = work / f"index-{corpus.root.name}-{model.name}-{checkpoint_fingerprint(model)[:8]}"
         build_index(corpus.manifest, index_dir, BuildOptions(model=str(model), embedder="oneshot"))
         reader = IndexReader(index_dir)
         try:

@@ -64,12 +64,9 @@ def resolve_backbone(model: str, workdir: Path) -> tuple[str, bool]:
         return model, False
     except (BackboneNotFoundError, OSError, ValueError) as exc:
         logger.warning("backbone %r is not available here (%s)", model, summarize(exc))
-    from core.config import CHECKPOINT_TIME_HEAD_DIR
-    from training.backbone import tiny_world_checkpoint
+    from training.backbone import current_tiny_world_checkpoint
 
-    world = workdir / "tiny-world"
-    if not (world / "config.json").exists() or not (world / CHECKPOINT_TIME_HEAD_DIR).is_dir():
-        tiny_world_checkpoint(world)  # (again for a work directory written before a time head shipped)
+    world = current_tiny_world_checkpoint(workdir / "tiny-world")  # again where the shipped files changed
     logger.warning(
         "USING THE SHAPES-WORLD BACKBONE (%s): a tiny model trained to see coloured shapes on grey. Its "
         "rankings of the sample videos are real; it knows nothing of real video. Point QASLR_MODEL at the "
@@ -105,6 +102,23 @@ def _build_index(manifest, index: Path, model: str, head: str | None) -> int:
     return 0
 
 
+def drop_stale_index(index: Path, model: Path) -> None:
+    """The sample index is the demo's own: built with another tiny-world backbone than the one it
+    serves now (the shipped weights changed since), it is removed, to be built again."""
+    import shutil
+
+    from indexer.store.format import MANIFEST, read_manifest
+    from models.backbone import checkpoint_fingerprint
+
+    if not (index / MANIFEST).exists():
+        return
+    if read_manifest(index).backbone_fingerprint != checkpoint_fingerprint(model):
+        logger.warning(
+            "the sample index was built with another backbone than the shipped one: building it again"
+        )
+        shutil.rmtree(index)
+
+
 def run(args: argparse.Namespace) -> int:
     from world.corpus import CorpusConfig, make_corpus
 
@@ -119,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     corpus = make_corpus(workdir / "videos", CorpusConfig(videos=args.videos, **SAMPLE_CORPUS), progress=True)
 
     index = workdir / ("index-qaslr" if head else "index-oneshot") / Path(model).name
+    if world_backbone:
+        drop_stale_index(index, Path(model))
     code = _build_index(corpus.manifest, index, model, head)
     if code:
         return code

@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _shipped_backbone(work):
-    from training.backbone import tiny_world_checkpoint
+    from training.backbone import current_tiny_world_checkpoint
 
-    return tiny_world_checkpoint(work / "tiny-world-checkpoint")
+    return current_tiny_world_checkpoint(work / "tiny-world-checkpoint")
 
 
 def _index_m(model, seen: int) -> int:

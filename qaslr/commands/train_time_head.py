@@ -113,11 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         model = Path(args.model).resolve()
     else:
-        from training.backbone import tiny_world_checkpoint
+        from training.backbone import current_tiny_world_checkpoint
 
-        model = work / "tiny-world"
-        if not (model / "config.json").exists():
-            tiny_world_checkpoint(model)
+        model = current_tiny_world_checkpoint(work / "tiny-world")
     t0 = time.perf_counter()
     if args.pairs is not None:
         index, head_dir = Path(args.index), Path(args.head) if args.head else None

@@ -1,0 +1,37 @@
+"""A work directory's copy of the shipped tiny-world checkpoint follows the shipped files: written once,
+kept while they stay, written again once they change (a demo or benchmark directory kept across an
+update of training/tiny_world/ never serves stale weights or a stale time head)."""
+
+from __future__ import annotations
+
+import json
+
+from models.backbone import checkpoint_fingerprint
+from training.backbone import ASSET_DIR, assets_digest, current_tiny_world_checkpoint
+
+
+def test_a_copy_is_kept_while_current_and_written_again_when_stale(tmp_path):
+    directory = current_tiny_world_checkpoint(tmp_path / "tiny-world")
+    hints = directory / "qaslr_backbone.json"
+    assert json.loads(hints.read_text())["assets_digest"] == assets_digest()
+    fingerprint, written = checkpoint_fingerprint(directory), (directory / "config.json").stat().st_mtime_ns
+    assert current_tiny_world_checkpoint(directory) == directory
+    assert (directory / "config.json").stat().st_mtime_ns == written  # current: not written again
+    # written from other weights (as before an update of the shipped files): written again
+    stale = json.loads(hints.read_text())
+    stale["assets_digest"] = "0" * 16
+    hints.write_text(json.dumps(stale))
+    (directory / "leftover.txt").write_text("from the old copy")
+    current_tiny_world_checkpoint(directory)
+    assert json.loads(hints.read_text())["assets_digest"] == assets_digest()
+    assert checkpoint_fingerprint(directory) == fingerprint and not (directory / "leftover.txt").exists()
+
+
+def test_the_digest_covers_the_weights_and_the_time_head(tmp_path):
+    import shutil
+
+    copy = shutil.copytree(ASSET_DIR, tmp_path / "assets")
+    assert assets_digest(copy) == assets_digest()
+    head = next(p for p in (copy / "time_head").iterdir() if p.suffix == ".json")
+    head.write_text(head.read_text() + " ")
+    assert assets_digest(copy) != assets_digest()
