@@ -168,6 +168,11 @@ def first_phase_record(directory: Path) -> dict:
             "recipe_hash": recipe["recipe_hash"]}  # fmt: skip
 
 
+# Beside a copy of the shipped checkpoint: the digest of the files it was written from. Not part of the
+# checkpoint's fingerprint (models.backbone.checkpoint_fingerprint), which the heads record.
+ASSETS_DIGEST_FILE = "tiny_world_assets.sha256"
+
+
 def assets_digest(assets: Path = ASSET_DIR) -> str:
     """Content hash of a tiny-world backbone's files (weights, tokenizer, and the heads shipped with
     them): what a checkpoint written from them records, so that a stale copy is found."""
@@ -187,13 +192,15 @@ def current_tiny_world_checkpoint(directory: str | Path) -> Path:
     if it was written from other weights than those shipped now (a work directory kept across an
     update of ``training/tiny_world/``), so a command never serves a stale copy."""
     directory = Path(directory)
-    hints = directory / "qaslr_backbone.json"
-    if (directory / "config.json").exists() and hints.exists():
-        if json.loads(hints.read_text()).get("assets_digest") == assets_digest():
+    recorded = directory / ASSETS_DIGEST_FILE
+    if (directory / "config.json").exists():
+        if recorded.exists() and recorded.read_text().strip() == assets_digest():
             return directory
         logger.info("the shipped tiny-world backbone changed: writing %s again", directory)
         shutil.rmtree(directory)
-    return tiny_world_checkpoint(directory)
+    out = tiny_world_checkpoint(directory)
+    (Path(out) / ASSETS_DIGEST_FILE).write_text(assets_digest() + "\n")
+    return out
 
 
 def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
@@ -221,7 +228,6 @@ def tiny_world_checkpoint(directory: str | Path, *, seed: int = 0) -> Path:
     recipe = json.loads((assets / "recipe.json").read_text())
     info = {
         "trained": "shapes world (see docs/shapes-world.md)",
-        "assets_digest": assets_digest(assets),
         "recipe_hash": recipe["recipe_hash"],
         "train_minutes": recipe["train_minutes"],
         "frame_check": recipe["final"],

@@ -7,23 +7,24 @@ from __future__ import annotations
 import json
 
 from models.backbone import checkpoint_fingerprint
-from training.backbone import ASSET_DIR, assets_digest, current_tiny_world_checkpoint
+from training.backbone import ASSET_DIR, ASSETS_DIGEST_FILE, assets_digest, current_tiny_world_checkpoint
 
 
 def test_a_copy_is_kept_while_current_and_written_again_when_stale(tmp_path):
     directory = current_tiny_world_checkpoint(tmp_path / "tiny-world")
-    hints = directory / "qaslr_backbone.json"
-    assert json.loads(hints.read_text())["assets_digest"] == assets_digest()
+    recorded = directory / ASSETS_DIGEST_FILE
+    assert recorded.read_text().strip() == assets_digest()
+    # the heads shipped with the weights record the fingerprint of the checkpoint as written by code
+    time_head = json.loads((ASSET_DIR / "time_head" / "time_head.json").read_text())
+    assert time_head["backbone"] == checkpoint_fingerprint(directory)
     fingerprint, written = checkpoint_fingerprint(directory), (directory / "config.json").stat().st_mtime_ns
     assert current_tiny_world_checkpoint(directory) == directory
     assert (directory / "config.json").stat().st_mtime_ns == written  # current: not written again
     # written from other weights (as before an update of the shipped files): written again
-    stale = json.loads(hints.read_text())
-    stale["assets_digest"] = "0" * 16
-    hints.write_text(json.dumps(stale))
+    recorded.write_text("0" * 16)
     (directory / "leftover.txt").write_text("from the old copy")
     current_tiny_world_checkpoint(directory)
-    assert json.loads(hints.read_text())["assets_digest"] == assets_digest()
+    assert recorded.read_text().strip() == assets_digest()
     assert checkpoint_fingerprint(directory) == fingerprint and not (directory / "leftover.txt").exists()
 
 
