@@ -111,8 +111,10 @@ class Cascade:
 
     @property
     def moments(self) -> bool:
-        """Whether the heavy tier is a streaming head that reads moments (and answers time queries)."""
-        return self.reranker.window_plan is not None
+        """Whether the heavy tier is a streaming head that reads moments (and answers time queries); a
+        one-shot tier that reads moments (``oneshot_moments``) answers none: order and count queries
+        still go to the time head beside it."""
+        return self.reranker.streaming and self.reranker.window_plan is not None
 
     def heavy_tier(self, frames: int):
         """The heavy tier for a request of ``frames`` = K': the streaming head's, unless K' <= L

@@ -213,6 +213,9 @@ def test_oneshot_moments_read_the_peak_moment_as_temporal_pairs(
         )
         try:
             assert engine.info["cascade"]["oneshot_moments"] == moments  # as /readyz says it
+            # reading moments one-shot answers no order or count: those still go to the time head
+            assert (engine.searcher.reranker.window_plan is not None) == bool(moments)
+            assert not engine.searcher.cascade.moments
             frames, seen = engine.searcher.reranker.frames, []
             get = frames.get
             frames.get = lambda items, stats, seen=seen, get=get: seen.extend(items) or get(items, stats)
