@@ -164,6 +164,8 @@ def _command(data: dict, script: str) -> str:
             parts.append(f"{flag} {args[key]:g}" if isinstance(args[key], float) else f"{flag} {args[key]}")
     if args.get("heavy") not in (None, defaults["heavy"]):
         parts.append("--heavy " + " ".join(str(h) for h in args["heavy"]))
+    if args.get("cold") is False:
+        parts.append("--no-cold")
     if args.get("no_checkpoint_head"):
         parts.append("--no-checkpoint-head")
     return " ".join(parts)
@@ -406,6 +408,11 @@ def results_page() -> str:
             "the distilled motion recipe's weights (`docs/bench/motion_recipe_distill.json`)",
         ),
         ("motion_moments_shipped.json", "the shipped weights"),
+        (
+            "motion_moments_1800.json",
+            "the 1,800-step recipe's weights (`docs/bench/motion_recipe_videos_from_1800.json`, not shipped) and "
+            "a time head retrained on them, order and count pairs too",
+        ),
     ):
         data = _load(name)
         if data:
