@@ -29,6 +29,7 @@ this script, and commit both.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -48,6 +49,7 @@ RESULTS = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
 
 
+@functools.cache
 def quality_defaults() -> dict:
     """bench_quality's defaults (benchmarks/quality_args.py), so a run's command names what differed."""
     if str(ROOT) not in sys.path:

@@ -191,15 +191,15 @@ def current_tiny_world_checkpoint(directory: str | Path) -> Path:
     """The shipped tiny-world checkpoint in ``directory``: written there if missing, and written again
     if it was written from other weights than those shipped now (a work directory kept across an
     update of ``training/tiny_world/``), so a command never serves a stale copy."""
-    directory = Path(directory)
+    directory, digest = Path(directory), assets_digest()
     recorded = directory / ASSETS_DIGEST_FILE
     if (directory / "config.json").exists():
-        if recorded.exists() and recorded.read_text().strip() == assets_digest():
+        if recorded.exists() and recorded.read_text().strip() == digest:
             return directory
         logger.info("the shipped tiny-world backbone changed: writing %s again", directory)
         shutil.rmtree(directory)
     out = tiny_world_checkpoint(directory)
-    (Path(out) / ASSETS_DIGEST_FILE).write_text(assets_digest() + "\n")
+    (Path(out) / ASSETS_DIGEST_FILE).write_text(digest + "\n")
     return out
 
 

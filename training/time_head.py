@@ -110,9 +110,9 @@ def load_split(work: Path, seed: int, model: Path, **render) -> TimeSplit:
     banks: dict[str, np.ndarray] = {}
     encoder = None
     texts: list[tuple[str, str, str]] = []  # (query, right key, partner key)
+    backbone_id = checkpoint_fingerprint(model)[:8]  # indexes named by it: one per backbone, never stale
     for corpus in corpora:
-        # named by the backbone's fingerprint: a render indexed once per backbone, never a stale index
-        index_dir = work / f"index-{corpus.root.name}-{model.name}-{checkpoint_fingerprint(model)[:8]}"
+        index_dir = work / f"index-{corpus.root.name}-{model.name}-{backbone_id}"
         build_index(corpus.manifest, index_dir, BuildOptions(model=str(model), embedder="oneshot"))
         reader = IndexReader(index_dir)
         try:
