@@ -82,6 +82,10 @@ class MotionRecipe:
     # steps before ``clips`` and ``long`` distil (0: from the first): direction learnt first, then
     # a video's embedding brought back (measured: with long videos from the start it is not learnt)
     videos_from: int = 0
+    empty: int = 0  # empty haystack frames a step distilled with the event frames (with ``distill``)
+    # sentences a step that hold world texts among other words (``sentences_around``), their text
+    # embeddings distilled (with ``distill``): a sentence around an event text stays where it was
+    sentences: int = 0
     in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
     lr: float = 1e-3
     min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)

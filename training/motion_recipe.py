@@ -20,7 +20,11 @@ frames, and minimises the sum of
   the two, so that single-frame retrieval stays where it was, not only ranked right; with
   ``clips`` and ``long``, event clips and long videos (one-shot) likewise, so that a video's
   embedding (stage 1, the one-shot tier) stays where it was too, after the first ``videos_from`` steps
-  (direction is learnt first: with long videos from the first step it was not);
+  (direction is learnt first: with long videos from the first step it was not); with ``empty``, empty
+  haystack frames (an event's frame must still beat them), and with ``sentences``, sentences that hold
+  a world text among other words (:func:`sentences_around`: "X while someone talks about the ...",
+  order and count texts), so that what the frame tier, the spoken fusion and the time head score
+  frames against stays too;
 - optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
   still finds its own event's text among other events' clips.
 
@@ -140,6 +144,49 @@ def words_only(model: torch.nn.Module, tokens: list[int]) -> list[torch.nn.Param
     return [table]
 
 
+# Words a sentence may hold around a world text (``sentences_around``): everyday topics that are not
+# in the world, so a sentence is an event text among other words, as users type them.
+TOPICS: tuple[str, ...] = (
+    "weather", "dinner", "market", "river", "train", "garden", "music", "meeting", "city", "football",
+    "kitchen", "history", "ocean", "lecture", "mountain", "bridge", "school", "news", "forest", "station",
+)  # fmt: skip
+FRAMES: tuple[str, ...] = (
+    "{e} while someone talks about the {t}",
+    "{e} during the {t}",
+    "{e}, and someone mentions the {t}",
+    "the part where {e}",
+    "{e} before the {t} starts",
+    "{e} after the {t}",
+    "a video about the {t} where {e}",
+)
+
+
+def sentences_around(rng: np.random.Generator, n: int) -> list[str]:
+    """``n`` sentences that hold world texts among other words (distilled by the motion recipe's
+    ``sentences``): an event text inside a sentence (:data:`FRAMES`, :data:`TOPICS`), an order text, a
+    count text, each with equal chance. The frame tier and the time head score frames against such
+    texts; the recipe keeps their embeddings where the starting weights had them."""
+    from world import vocab as v
+
+    def event() -> v.EventKind:
+        return v.EVENTS[int(rng.integers(len(v.EVENTS)))]
+
+    out = []
+    for _ in range(n):
+        kind = int(rng.integers(3))
+        if kind == 0:
+            frame = FRAMES[int(rng.integers(len(FRAMES)))]
+            said = event().text(int(rng.integers(len(v.PHRASINGS))))
+            out.append(frame.format(e=said, t=TOPICS[int(rng.integers(len(TOPICS)))]))
+        elif kind == 1:
+            a, b = event(), event()
+            out.append(v.order_text(a, b, int(rng.integers(len(v.ORDER_PHRASINGS)))))
+        else:
+            times = int(rng.choice(list(v.COUNT_PHRASINGS)))
+            out.append(v.count_text(event(), times, int(rng.integers(len(v.COUNT_PHRASINGS[times])))))
+    return out
+
+
 def bake(model: torch.nn.Module) -> None:
     """Undo :func:`temporal_only`'s parametrization, keeping its weights (a plain Conv3d again)."""
     from torch.nn.utils import parametrize
@@ -226,9 +273,17 @@ class MotionRecipeTrainer:
                 F.cross_entropy(sim, which) + F.cross_entropy(sim.T, which)
             )
             if self.teacher is not None:
+                # empty haystacks and sentences around world texts are kept beside the event frames
+                frames += [self.sampler.image(-1).clip.frames[0] for _ in range(c.empty)]
+                said = sentences_around(self.rng, c.sentences)
                 with torch.no_grad():
-                    was_named = embed_texts(self.teacher, frame_texts)
+                    was_named = embed_texts(self.teacher, frame_texts + said)
                     was_frame = embed_images(self.teacher, frames)
+                if c.empty or c.sentences:
+                    z_named = torch.cat([z_named, embed_texts(b, said)]) if said else z_named
+                    z_frame = (
+                        torch.cat([z_frame, embed_images(b, frames[len(events) :])]) if c.empty else z_frame
+                    )
                 kept = (z_named * was_named).sum(-1).mean() + (z_frame * was_frame).sum(-1).mean()
                 parts["distill"] = c.distill * (2 - kept)
                 if (c.clips or c.long) and self.step >= c.videos_from:
@@ -372,6 +427,9 @@ HELP = {
     "clips": "event clips a step kept where the start had them (with --distill)",
     "long": "long videos a step kept where the start had them, one-shot (with --distill)",
     "videos_from": "steps before --clips and --long distil (0: from the first)",
+    "empty": "empty haystack frames a step kept where the start had them (with --distill)",
+    "sentences": "sentences around world texts a step (an event text among other words, order and count "
+    "texts) kept where the start had them (with --distill)",
     "in_batch": "weight of text <-> clip contrastive over the step's clips (0: off)",
     "min_lr_ratio": "cosine decay to lr x this (1: constant)",
     "train": "what learns: every weight, the patch embedding's frame difference, or that and the "

@@ -48,6 +48,56 @@ def test_videos_distil_after_videos_from_steps(tmp_path):
     assert ["distill_clips" in steps[k] for k in (1, 2, 3)] == [False, False, True]
 
 
+def test_sentences_around_hold_a_world_text_among_other_words():
+    import numpy as np
+
+    from training.motion_recipe import sentences_around
+    from world.vocab import EVENTS
+
+    said = sentences_around(np.random.default_rng(3), 60)
+    assert said == sentences_around(np.random.default_rng(3), 60)  # reproducible from the seed
+    assert all(any(e.name in s for e in EVENTS) for s in said)
+    assert any("then" in s or "after" in s or "before" in s for s in said)  # order texts
+    assert any("twice" in s or "three times" in s or "once" in s for s in said)  # count texts
+    assert len(set(said)) > 40
+
+
+def test_empty_frames_and_sentences_distil_beside_the_event_frames(tmp_path, monkeypatch):
+    """--empty and --sentences: the teacher and the trained weights both embed the step's empty
+    haystacks and sentences around world texts, and the distillation compares them."""
+    import training.backbone_config as config
+    from world.vocab import EVENTS, PHRASINGS
+
+    seen: list[tuple[str, int, list]] = []
+    texts, images = config.embed_texts, config.embed_images
+
+    def spy_texts(backbone, said):
+        seen.append(("texts", id(backbone), list(said)))
+        return texts(backbone, said)
+
+    def spy_images(backbone, frames):
+        seen.append(("images", id(backbone), len(frames)))
+        return images(backbone, frames)
+
+    monkeypatch.setattr(config, "embed_texts", spy_texts)
+    monkeypatch.setattr(config, "embed_images", spy_images)
+    out = tmp_path / "motion"
+    args = ["--steps", "1", "--eval-every", "1", "--log-every", "1", "--eval-pairs", "2", "--pairs", "1",
+            "--images", "2", "--distill", "1", "--empty", "3", "--sentences", "5"]  # fmt: skip
+    assert main([str(out), *args]) == 0
+    step = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert "distill" in [e for e in step if "eval" not in e][0]
+    models = {who for _, who, _ in seen}
+    assert len(models) == 2  # the teacher and the trained weights
+    plain = {e.text(p) for e in EVENTS for p in range(len(PHRASINGS))}
+    around = lambda said: [t for t in said if t not in plain and any(e.name in t for e in EVENTS)]  # noqa: E731
+    for who in models:
+        embedded = [said for kind, w, said in seen if kind == "texts" and w == who]
+        assert any(len(around(said)) == 5 for said in embedded)
+    frames = sorted(n for kind, _, n in seen if kind == "images")
+    assert 5 in frames and 3 in frames  # the teacher: 2 event + 3 empty; the trained: the 3 empty apart
+
+
 @pytest.fixture()
 def world_backbone(tiny_world_checkpoint):
     from models.backbone import load_backbone
