@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,14 @@ class VideoInfo:
         return self.num_frames / self.fps
 
 
+# decord bundles FFmpeg 4.1, whose decoders fill static tables the first time one opens and do so
+# without a lock: two threads opening their first MPEG-4 part 2 decoder at once can abort the whole
+# process ("Assertion ret >= 0 failed at libavcodec/bitstream.c"; seen once in the suite, a build's
+# decode and frame-bank threads, and in 1 of 40 fresh processes opening one from 4 threads at once).
+# Openings take this lock; decoding does not need it.
+DECODER_OPEN_LOCK = threading.Lock()
+
+
 def _reader(path: str | os.PathLike, size: tuple[int, int] | None = None):
     import decord
 
@@ -51,7 +60,8 @@ def _reader(path: str | os.PathLike, size: tuple[int, int] | None = None):
     if size is not None:
         kwargs.update(width=int(size[0]), height=int(size[1]))
     try:
-        return decord.VideoReader(str(path), ctx=decord.cpu(0), **kwargs)
+        with DECODER_OPEN_LOCK:
+            return decord.VideoReader(str(path), ctx=decord.cpu(0), **kwargs)
     except Exception as exc:  # decord raises its own DECORDError / RuntimeError on bad input
         raise VideoError(f"cannot open as video: {strip_paths(summarize(exc))}") from exc
 

@@ -490,3 +490,23 @@ def test_a_head_that_cannot_embed_the_index_as_trained_is_refused_before_any_emb
 
     matching = load_head(head("matching", clip_plan=ClipPlan(K, K, L, 32)))
     check_index_head(matching, _opts(tiny_checkpoint, head_dir="x", max_evidence=32), temporal_patch=2)
+
+
+def test_decoders_open_one_at_a_time(sample_videos):
+    """decord's FFmpeg 4.1 fills a decoder's static tables unlocked the first time one opens (two
+    threads at once can abort the process): an opening waits while another holds the lock, and
+    decoding goes on as usual once it is free."""
+    import threading
+
+    from indexer import video
+
+    path = sample_videos / "c.avi"
+    opened = threading.Event()
+    reader = threading.Thread(target=lambda: (video.probe_video(path), opened.set()))
+    with video.DECODER_OPEN_LOCK:
+        reader.start()
+        assert not opened.wait(0.5)  # held here: the other thread cannot open a decoder
+    assert opened.wait(30)
+    reader.join()
+    frames = video.decode_frames(path, [0, 5, 5], size=(64, 64))
+    assert frames.shape == (3, 64, 64, 3) and (frames[1] == frames[2]).all()
