@@ -110,10 +110,17 @@ def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarra
     return sorted(windows, key=lambda w: int(w[0]))
 
 
+# Bank frames in a moment a one-shot stage 2 reads as temporal pairs (``moment_plan``).
+MOTION_WINDOW_FRAMES = 4
+
+
 def moment_plan(moments: int) -> WindowPlan | None:
     """The window plan of a one-shot stage 2 that reads each candidate's top ``moments`` moments as
-    temporal pairs ``MOTION_PAIR_S`` apart (None for 0: Q-Frame's K' frames)."""
-    return WindowPlan(windows=moments, pair_s=MOTION_PAIR_S) if moments else None
+    temporal pairs ``MOTION_PAIR_S`` apart, at most ``MOTION_WINDOW_FRAMES`` bank frames each (None
+    for 0: Q-Frame's K' frames)."""
+    if not moments:
+        return None
+    return WindowPlan(windows=moments, frames=MOTION_WINDOW_FRAMES, pair_s=MOTION_PAIR_S)
 
 
 def window_reads(

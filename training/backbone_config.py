@@ -101,6 +101,15 @@ class MotionRecipe:
     train: str = "all"  # "all", "temporal" or "temporal+words" (see TRAINABLE)
 
 
+# The third phase of the shipped backbone: direction first (1,000 steps), then event clips' and long
+# videos' embeddings kept too; event frames, empty haystacks and sentences around world texts kept
+# throughout (self-distillation from the phase's starting weights).
+SHIPPED_MOTION_RECIPE = MotionRecipe(
+    steps=1800, distill=10.0, images=32, long=3, videos_from=1000, empty=8, sentences=16, min_lr_ratio=0.1,
+    threads=2,
+)  # fmt: skip
+
+
 # What learns: every weight; the patch embedding's frame difference alone; or that and the input
 # embeddings of the tokens only change texts use (:func:`change_only_tokens`). The last two leave every
 # still frame and every other world text embedding as it was.
@@ -132,8 +141,9 @@ class BackboneTrainConfig:
     eval_every: int = 250
     log_every: int = 25
     motion: MotionPhaseConfig = field(default_factory=MotionPhaseConfig)  # the second phase
-    # the third: training.motion_recipe from the weights the phases before it left (0 steps: off)
-    motion_recipe: MotionRecipe = field(default_factory=lambda: MotionRecipe(steps=0))
+    # the third: training.motion_recipe from the weights the phases before it left (0 steps: off);
+    # the shipped weights' (training/tiny_world/README.md, "Motion": what each setting was chosen by)
+    motion_recipe: MotionRecipe = field(default_factory=lambda: SHIPPED_MOTION_RECIPE)
 
 
 def world_sentences() -> list[str]:

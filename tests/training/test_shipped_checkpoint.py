@@ -36,3 +36,18 @@ def test_the_digest_covers_the_weights_and_the_time_head(tmp_path):
     head = next(p for p in (copy / "time_head").iterdir() if p.suffix == ".json")
     head.write_text(head.read_text() + " ")
     assert assets_digest(copy) != assets_digest()
+
+
+def test_the_shipped_weights_are_what_train_backbone_runs_by_default():
+    """`qaslr train-backbone OUT` (the default recipe) is the recipe the shipped weights record: its
+    settings and content hash, the motion recipe as the third phase."""
+    from dataclasses import asdict
+
+    from training.backbone_config import BackboneTrainConfig, recipe_hash
+
+    recipe = json.loads((ASSET_DIR / "recipe.json").read_text())
+    config = BackboneTrainConfig()
+    assert recipe["recipe_hash"] == recipe_hash(config)
+    assert recipe["config"] == json.loads(json.dumps(asdict(config)))
+    assert config.motion_recipe.steps > 0 and recipe["phases"]["motion_recipe"]["evals"]
+    assert recipe["final"]["reversal"] >= 0.9  # the check it was judged by, on the recipe's check seeds
