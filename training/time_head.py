@@ -81,8 +81,9 @@ class TimeSplit:
 
 
 def render_split(work: Path, seed: int, *, order_pairs: int, count_pairs: int, singles: int, min_s: float,
-                 max_s: float) -> list:  # fmt: skip
-    """The split's corpora (order pairs, count pairs, single events), rendered once under ``work``."""
+                 max_s: float, count3_pairs: int = 0) -> list:  # fmt: skip
+    """The split's corpora (order pairs, once / twice and twice / three-times pairs, single events),
+    rendered once under ``work``."""
     from world.corpus import CorpusConfig, make_corpus
 
     lengths = {"min_duration_s": min_s, "max_duration_s": max_s}
@@ -93,6 +94,9 @@ def render_split(work: Path, seed: int, *, order_pairs: int, count_pairs: int, s
     if count_pairs:
         config = CorpusConfig(videos=0, count_pairs=count_pairs, seed=8000 + seed, prefix="c", **lengths)
         out.append(make_corpus(work / f"time-count-{seed}", config, progress=True))
+    if count3_pairs:  # a "twice" query's partner shows its event three times: what a count reads past two
+        config = CorpusConfig(videos=0, count3_pairs=count3_pairs, seed=8500 + seed, prefix="r", **lengths)
+        out.append(make_corpus(work / f"time-count3-{seed}", config, progress=True))
     if singles:
         config = CorpusConfig(videos=singles, seed=9000 + seed, prefix="s", **lengths)
         out.append(make_corpus(work / f"time-single-{seed}", config, progress=True))

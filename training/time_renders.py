@@ -10,5 +10,9 @@ HELD_OUT_SEED = 2  # the render every number is measured on
 GATE_SEEDS = (3, 4)  # renders of the held-out shape that only fit the early-exit gates (bench_time_head)
 
 # keyword arguments of training.time_head.load_split
-TRAIN_RENDER = {"order_pairs": 24, "count_pairs": 24, "singles": 12, "min_s": 40.0, "max_s": 150.0}
-HELD_OUT_RENDER = {"order_pairs": 12, "count_pairs": 12, "singles": 8, "min_s": 60.0, "max_s": 240.0}
+TRAIN_RENDER = {
+    "order_pairs": 24, "count_pairs": 24, "count3_pairs": 12, "singles": 12, "min_s": 40.0, "max_s": 150.0,
+}  # fmt: skip
+HELD_OUT_RENDER = {
+    "order_pairs": 12, "count_pairs": 12, "count3_pairs": 6, "singles": 8, "min_s": 60.0, "max_s": 240.0,
+}  # fmt: skip

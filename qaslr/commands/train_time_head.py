@@ -57,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=train["count_pairs"],
         help="once / twice pairs per training render (<= 32)",
     )
+    p.add_argument("--count3-pairs", type=int, default=train["count3_pairs"],
+                   help="twice / three-times pairs per training render")  # fmt: skip
     p.add_argument(
         "--singles", type=int, default=train["singles"], help="single-event videos per render (negatives)"
     )
@@ -64,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-s", type=float, default=train["max_s"], help="longest training video, seconds")
     p.add_argument("--val-pairs", type=int, default=held["order_pairs"],
                    help="order and count pairs of the held-out render")  # fmt: skip
+    p.add_argument("--val-count3-pairs", type=int, default=held["count3_pairs"],
+                   help="twice / three-times pairs of the held-out render")  # fmt: skip
     p.add_argument(
         "--val-singles", type=int, default=held["singles"], help="single-event videos of the held-out render"
     )
@@ -134,11 +138,12 @@ def run(args: argparse.Namespace) -> int:
         lengths = {"min_s": args.min_s, "max_s": args.max_s}
         train = merge([
             load_split(work, seed, model, order_pairs=args.order_pairs, count_pairs=args.count_pairs,
-                       singles=args.singles, **lengths)
+                       count3_pairs=args.count3_pairs, singles=args.singles, **lengths)
             for seed in args.train_seeds
         ])  # fmt: skip
         val = load_split(work, args.val_seed, model, order_pairs=args.val_pairs, count_pairs=args.val_pairs,
-                         singles=args.val_singles, min_s=args.val_min_s, max_s=args.val_max_s)  # fmt: skip
+                         count3_pairs=args.val_count3_pairs, singles=args.val_singles, min_s=args.val_min_s,
+                         max_s=args.val_max_s)  # fmt: skip
     data_s = time.perf_counter() - t0
     print(f"data: {len(train.queries)} training queries, {len(val.queries)} held-out ({data_s:.0f} s)")
     t1 = time.perf_counter()

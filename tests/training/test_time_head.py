@@ -141,3 +141,19 @@ def test_self_distillation_draws_the_partial_readouts_toward_the_final_one():
         train, steps=300, negatives=2, batch=16, seed=0, log_every=0, distill_weight=1.0
     )
     assert _partial_kl(distilled, held) < _partial_kl(plain, held)
+
+
+def test_a_split_renders_twice_and_three_times_pairs(tmp_path):
+    """``count3_pairs``: a "twice" video's partner shows its event three times, and each one's
+    queries read as the count it shows (the head learns count:3, and "twice" against three)."""
+    from models.time_query import parse_time_query
+    from training.time_head import render_split
+
+    (corpus,) = render_split(tmp_path, 0, order_pairs=0, count_pairs=0, count3_pairs=1, singles=0,
+                             min_s=40.0, max_s=60.0)  # fmt: skip
+    videos = corpus.videos
+    assert len(videos) == 2 and videos[0].group == videos[1].group and {v.kind for v in videos} == {"count"}
+    shown = sorted(len(v.events) for v in videos)
+    assert shown == [2, 3]
+    for v in videos:
+        assert {parse_time_query(q).condition for q in v.queries} == {f"count:{len(v.events)}"}
