@@ -92,7 +92,10 @@ def test_a_query_the_head_does_not_answer_is_searched_as_a_description(pairs, ti
     _corpus, index = pairs
     engine = _engine(index, tiny_world_checkpoint)
     try:
-        for query in ("a red square appears three times", "a red square appears", "a, then b, then c"):
+        unanswered = ["a red square appears", "a, then b, then c"]  # no time at all; three events in order
+        if "count:3" not in engine.searcher.time_tier.head.config.conditions:
+            unanswered.append("a red square appears three times")  # a head trained without three times
+        for query in unanswered:
             out = engine.searcher.search({"query": query})
             assert "time" not in {h.tier for h in out.hits}, query
     finally:
