@@ -102,6 +102,19 @@ def _build_index(manifest, index: Path, model: str, head: str | None) -> int:
     return 0
 
 
+def _only_one(corpus, kind: str) -> list[tuple[str, str]]:
+    """The first query of ``kind`` that is true of its own video alone, so that "expect it first" holds
+    ("a magenta bar appears only once" is also true of an order pair's videos that show it once)."""
+    from world.meaning import meaning_of
+
+    truth = corpus.by_id()
+    for query, video_id in corpus.queries(kind):
+        meaning = meaning_of(truth[video_id])
+        if not any(meaning.true_of(v) for v in corpus.videos if v.id != video_id):
+            return [(query, video_id)]
+    return []
+
+
 def drop_stale_index(index: Path, model: Path) -> None:
     """The sample index is the demo's own: built with another tiny-world backbone than the one it
     serves now (the shipped weights changed since), it is removed, to be built again."""
@@ -161,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nstarting the server for {index} on {url} (loading the model) ...", flush=True)
     lines = [f"ready: serving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
     suggested = (
-        corpus.queries("single")[:SUGGESTIONS] + corpus.queries("order")[:1] + corpus.queries("count")[:1]
+        corpus.queries("single")[:SUGGESTIONS] + _only_one(corpus, "order") + _only_one(corpus, "count")
     )
     for query, video_id in suggested:
         lines.append(
