@@ -110,7 +110,10 @@ def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarra
     return sorted(windows, key=lambda w: int(w[0]))
 
 
-# Bank frames in a moment a one-shot stage 2 reads as temporal pairs (``moment_plan``).
+# Bank frames in a moment a one-shot stage 2 reads as temporal pairs (``moment_plan``): the motion
+# recipe trains clips of 2-4 temporal pairs. Chosen on development seed 0 with the shipped weights
+# (benchmarks/bench_quality.py --oneshot-moments 1, 24 motion queries within their pair: 4 frames
+# 79.2 %, 8 frames 70.8 %); reported on seeds 1-3 (docs/bench/motion_moments_sentences.json).
 MOTION_WINDOW_FRAMES = 4
 
 

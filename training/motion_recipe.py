@@ -274,17 +274,14 @@ class MotionRecipeTrainer:
             )
             if self.teacher is not None:
                 # empty haystacks and sentences around world texts are kept beside the event frames
-                frames += [self.sampler.image(-1).clip.frames[0] for _ in range(c.empty)]
+                empties = [self.sampler.image(-1).clip.frames[0] for _ in range(c.empty)]
                 said = sentences_around(self.rng, c.sentences)
                 with torch.no_grad():
                     was_named = embed_texts(self.teacher, frame_texts + said)
-                    was_frame = embed_images(self.teacher, frames)
-                if c.empty or c.sentences:
-                    z_named = torch.cat([z_named, embed_texts(b, said)]) if said else z_named
-                    z_frame = (
-                        torch.cat([z_frame, embed_images(b, frames[len(events) :])]) if c.empty else z_frame
-                    )
-                kept = (z_named * was_named).sum(-1).mean() + (z_frame * was_frame).sum(-1).mean()
+                    was_frame = embed_images(self.teacher, frames + empties)
+                named = torch.cat([z_named, embed_texts(b, said)]) if said else z_named
+                shown = torch.cat([z_frame, embed_images(b, empties)]) if empties else z_frame
+                kept = (named * was_named).sum(-1).mean() + (shown * was_frame).sum(-1).mean()
                 parts["distill"] = c.distill * (2 - kept)
                 if (c.clips or c.long) and self.step >= c.videos_from:
                     labels = self.rng.choice(len(EVENTS), size=c.clips + c.long, replace=False)
