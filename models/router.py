@@ -1,4 +1,5 @@
-"""Which queries are about time: the router a rerank head that reads moments ships with.
+"""Which queries are about time, and what their moments look like: the router and the selection
+query a rerank head that reads moments ships with.
 
 A logistic regression on the query embedding q (trained with the head, training.moment_head):
 
@@ -9,6 +10,19 @@ event happens before another, an event happens a number of times. The cascade (e
 sends a query to the head when p reaches ``threshold`` and the frame tier cannot tell its first
 candidates apart; the decision is learned from the query's embedding, never read off its words by a
 template, and every answer records it.
+
+The selection query (``SelectionQuery``) is where query-aware selection looks for such a query's
+moments. A query about time names what changes or what happens when ("a red square moves from left
+to right", "A, then B"); the frames that hold its evidence show the events it names, but its
+embedding need not lie near theirs (a tiny-world backbone that learned to see motion moved its
+motion texts' embeddings away from the still frames of their events: models.windows picks moments
+by q · f_c). A linear map, trained with the head on the world's texts (training.selection_query),
+points q at the events it names:
+
+    q_sel = normalize(q + W q + b)        (W, b = 0 at initialisation: q itself)
+
+Selection (Eq. 2: the frame tier's ranking of the candidates a head reads, and each candidate's
+windows) uses q_sel; the head scores with q and the query's text, s_ij = q · z_T (Eq. 1).
 """
 
 from __future__ import annotations
@@ -19,10 +33,49 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["ROUTER_FILENAME", "Router", "load_router"]
+__all__ = [
+    "ROUTER_FILENAME",
+    "SELECTION_FILENAME",
+    "Router",
+    "SelectionQuery",
+    "load_router",
+    "load_selection",
+]
 
 ROUTER_FILENAME = "router.json"
+SELECTION_FILENAME = "selection.safetensors"
+
+
+@dataclass(frozen=True)
+class SelectionQuery:
+    """q -> q_sel (module docstring)."""
+
+    weight: torch.Tensor  # [d, d]
+    bias: torch.Tensor  # [d]
+
+    def __call__(self, q: torch.Tensor) -> torch.Tensor:
+        """q_sel for query embeddings [..., d] (float32, unit length)."""
+        x = q.float()
+        return F.normalize(x + x @ self.weight.T + self.bias, dim=-1)
+
+    @property
+    def fingerprint(self) -> str:
+        """A short digest of the map (names caches of what selection chose with it)."""
+        import hashlib
+
+        digest = hashlib.sha256(self.weight.float().numpy().tobytes() + self.bias.float().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def save(self, directory: str | Path) -> Path:
+        from safetensors.torch import save_file
+
+        path = Path(directory) / SELECTION_FILENAME
+        save_file(
+            {"weight": self.weight.float().contiguous(), "bias": self.bias.float().contiguous()}, str(path)
+        )
+        return path
 
 
 @dataclass(frozen=True)
@@ -30,18 +83,35 @@ class Router:
     weight: torch.Tensor  # [d]
     bias: float
     threshold: float = 0.5
+    selection: SelectionQuery | None = None  # where selection looks for a query about time's moments
 
     def probability(self, q: torch.Tensor) -> float:
         """p(about time) for one query embedding [d]."""
         return 1.0 / (1.0 + math.exp(-(float(q.float() @ self.weight) + self.bias)))
 
 
+def load_selection(directory: str | Path) -> SelectionQuery | None:
+    """The selection query saved beside a head (``selection.safetensors``), or None when it has none
+    (selection then uses q itself)."""
+    path = Path(directory) / SELECTION_FILENAME
+    if not path.is_file():
+        return None
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    return SelectionQuery(tensors["weight"], tensors["bias"])
+
+
 def load_router(directory: str | Path) -> Router | None:
-    """The router saved beside a head (``router.json``), or None when it has none."""
+    """The router saved beside a head (``router.json``) with its selection query, or None when it has
+    none."""
     path = Path(directory) / ROUTER_FILENAME
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
     return Router(
-        torch.tensor(data["weight"], dtype=torch.float32), float(data["bias"]), float(data["threshold"])
+        torch.tensor(data["weight"], dtype=torch.float32),
+        float(data["bias"]),
+        float(data["threshold"]),
+        selection=load_selection(directory),
     )
