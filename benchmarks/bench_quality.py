@@ -351,8 +351,10 @@ def modes_for(args) -> list[Mode]:
             if 0 < h < r:
                 label_h = f"frame tier + head on top {h}, always" + (f" ({label})" if label else "")
                 modes.append(Mode(label_h, "oneshot", "rerank", rerank, (("heavy", h),)))
+        # the default serves the time head beside a head that reads moments (engine.loader)
+        served = rerank + ((("time_head", Path(args.time_head)),) if args.time_head else ())
         modes.append(
-            Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", rerank)
+            Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", served)
         )
         gate = run / "gate"
         if (gate / "gate.json").exists():

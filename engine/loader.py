@@ -79,19 +79,13 @@ def _load_time_head(rerank: RerankModel, config: EngineConfig, backbone: Backbon
     """The time head ``config`` names (QASLR_TIME_HEAD), else the checkpoint's own ``time_head/``
     (core.config.CHECKPOINT_TIME_HEAD_DIR) unless ``checkpoint_time_head`` is off. Its inputs are this
     backbone's embeddings: a head trained on another backbone is refused when named, and a
-    checkpoint's is not served (with a warning). None is served beside a rerank head that reads
-    moments (models.windows): that head answers order and count."""
+    checkpoint's is not served (with a warning). It is served beside a rerank head that reads moments
+    (models.windows): the order and count queries its parse reads go to it, where it measurably wins
+    (engine.search.cascade)."""
     from core.config import CHECKPOINT_TIME_HEAD_DIR
     from models.time_head import TIME_CONFIG_FILENAME, load_time_head, time_head_fingerprint
 
     path, source = config.time_head, "QASLR_TIME_HEAD"
-    if rerank.head is not None and rerank.head.config.window_plan is not None:
-        # a head that reads moments answers queries about time, routed by its router
-        # (engine.search.cascade); the time head's template parse would never route
-        if path is not None:
-            logger.warning("not serving the time head (%s): the rerank head reads moments and answers "
-                           "order and count itself", source)  # fmt: skip
-        return
     if path is None and config.checkpoint_time_head:
         path, source = Path(config.model) / CHECKPOINT_TIME_HEAD_DIR, "checkpoint"
         if not (path / TIME_CONFIG_FILENAME).is_file():

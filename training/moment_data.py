@@ -52,7 +52,8 @@ class QueryItem:
     true_of: list[bool]  # per candidate: the query is true of it (the target included)
     windows: list[list[tuple[int, int]]]  # per candidate: its moments, (first, last) bank positions
     partner: int | None = None  # the pair partner among ``candidates`` (a hard negative)
-    frame_scores: list[float] = field(default_factory=list)  # per candidate: the frame tier's score
+    # per candidate: the frame tier's score (by q_sel where a selection query chose the candidates)
+    frame_scores: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -81,10 +82,28 @@ def index_split(corpus, work: Path, model: Path) -> Path:
     return index
 
 
+def query_embedder(work: Path, seed: int, model: Path, corpus: dict):
+    """texts -> their query embeddings [n, d] as serving embeds queries over split ``seed``'s index
+    (its backbone and instruction): what the selection query trains on (training.selection_query)."""
+    from indexer.assembly import encoder_for, load_model_for_index
+    from indexer.store import IndexReader
+
+    index = index_split(render_split(work, seed, corpus), work, model)
+    reader = IndexReader(index)
+    try:
+        loaded = load_model_for_index(reader.manifest, model, head_dir=None)
+        encoder = encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
+    finally:
+        reader.close()
+    return lambda texts: encoder.backbone.embed_texts(list(texts), instruction=encoder.instruction)
+
+
 def build_split(
-    work: Path, seed: int, model: Path, *, corpus: dict, candidates: int, plan: WindowPlan
+    work: Path, seed: int, model: Path, *, corpus: dict, candidates: int, plan: WindowPlan, selection=None
 ) -> Split:
-    """Render, index and read one split; its queries and their windows' evidence (module docstring)."""
+    """Render, index and read one split; its queries and their windows' evidence (module docstring).
+    With ``selection`` (models.router.SelectionQuery) candidates and windows are chosen by q_sel, as
+    serving chooses them for a query about time."""
     from indexer.assembly import encoder_for, load_model_for_index
     from indexer.store import IndexReader
     from world.meaning import meaning_of
@@ -96,7 +115,8 @@ def build_split(
         loaded = load_model_for_index(reader.manifest, model, head_dir=None)
         encoder = encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
         cache_file = (
-            work / f"moment-items-{seed}-{loaded.backbone.fingerprint}-{_plan_key(plan, candidates)}.pt"
+            work
+            / f"moment-items-{seed}-{loaded.backbone.fingerprint}-{_plan_key(plan, candidates)}{_selection_key(selection)}.pt"
         )
         if cache_file.exists():
             data = torch.load(cache_file, weights_only=False)
@@ -121,6 +141,7 @@ def build_split(
                         videos,
                         partners.get(video.id),
                         q[i],
+                        q[i] if selection is None else selection(q[i]),
                         states.hidden[i, :n].half(),
                         bank_embeddings,
                         candidates,
@@ -142,6 +163,10 @@ def _plan_key(plan: WindowPlan, candidates: int) -> str:
     return f"w{plan.windows}f{plan.frames}l{plan.level:g}m{plan.margin}p{plan.pair_s:g}c{candidates}"
 
 
+def _selection_key(selection) -> str:
+    return "" if selection is None else f"-s{selection.fingerprint}"
+
+
 def _partners(videos) -> dict[str, str]:
     groups: dict[str, list[str]] = {}
     for v in videos:
@@ -151,11 +176,11 @@ def _partners(videos) -> dict[str, str]:
 
 
 def _item(
-    text, meaning, video, videos, partner, q, states, banks, candidates: int, plan: WindowPlan
+    text, meaning, video, videos, partner, q, q_sel, states, banks, candidates: int, plan: WindowPlan
 ) -> QueryItem:
-    """One query's candidates (the frame tier's first, its own video and partner among them), the
-    candidates it is true of, and their windows."""
-    q_np = q.float().numpy()
+    """One query's candidates (the frame tier's first by ``q_sel``, its own video and partner among
+    them), the candidates it is true of, and their windows (by ``q_sel``)."""
+    q_np = q_sel.float().numpy()
     relevance = {v.id: banks[v.id] @ q_np for v in videos}
     score = {k: float(r.max()) if r.size else float("-inf") for k, r in relevance.items()}
     ranked = sorted(score, key=lambda k: -score[k])

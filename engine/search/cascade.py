@@ -6,20 +6,25 @@ that applies wins:
 
     rule                                                                   route
     mode ``frames``, or no heavy budget (``heavy`` 0)                      the frame tier's order stands
+    the time head parses the query as an order or a count (where it reads
+        a query it measurably wins: docs/results.md)                      the time tier, on all R
     the heavy tier is a streaming head that reads moments (models.windows),
         its router says the query is about time (motion or change, an
-        order, a count: p >= its threshold) and the frame tier cannot tell
-        its first few apart (two or more within ``tie_margin`` of its best) the heavy tier, on those few
-    no head that reads moments serves, and the time head parses the query as
-        an order or a count                                               the time tier, on all R
+        order or a count the time head does not read: p >= its threshold)
+        and the frame tier cannot tell its first few apart (two or more
+        within ``tie_margin`` of its best; scored by the router's selection
+        query where it ships one)                                          the heavy tier, on those few
     the frame tier's lead (its first score less its second) reaches
         ``heavy_margin``                                                   the frame tier's order stands
     otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
 
-The router is learned (a logistic regression on q, trained with the head: training.moment_head), so
-no template over the sentence decides the ranking where a head that reads moments serves; the time
-head's parse (models.time_head, a template) routes only an engine without one, and its ranking
-stands only where its evidence is stronger: where its first differs from the frame tier's, the time
+Where the router ships a selection query (models.router.SelectionQuery: q_sel, where a query about
+time's events show), a query it calls about time is selected by q_sel: the head reads the frame
+tier's first and then the candidates q_sel scores highest, and each one's moments are cut from
+q_sel · f_c; the head scores with q and the query's text. The router is learned (a logistic
+regression on q, trained with the head: training.moment_head). The time head's parse
+(models.time_head, a template) routes the order and count queries it reads, and its ranking stands
+only where its evidence is stronger: where its first differs from the frame tier's, the time
 head's first must show every event the parse read (``shown``: each event's relevance reaches
 MIN_RELEVANCE), else the frame tier's order stands and the answer says so. A sentence the parser
 misreads ("a red square appears, then it is gone") so keeps the frame tier's answer. A tie rule
@@ -82,12 +87,12 @@ class CascadePolicy:
     def route(self, s: Signals, shortlist: int) -> Route:
         if s.mode != SearchMode.RERANK or s.budget == 0:
             return Route(None, why="no heavy budget")
+        if s.time_plan is not None:  # where it reads a query, the time head measurably wins
+            return Route(TIME, shortlist, why="a query about order or count (the time head's reading)")
         if s.moments and s.about_time is not None and s.about_time >= s.router_threshold and s.ties >= 2:
             why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
                    f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
             return Route(HEAVY, s.ties, why=why)
-        if s.time_plan is not None and not s.moments:
-            return Route(TIME, shortlist, why="a query about order or count (the time head's reading)")
         if s.lead is not None and s.lead >= s.heavy_margin:
             return Route(None, why="the frame tier's lead settles it")
         return Route(HEAVY, s.budget, why="too close to call, or asked for")
@@ -147,7 +152,7 @@ class Cascade:
         p = state.params
         budget = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
         plan = None
-        if budget and self.time_tier is not None and not self.moments:
+        if budget and self.time_tier is not None:
             plan = self.time_tier.plan(request.query)
         lead = None
         if len(hits) > 1:
@@ -155,9 +160,16 @@ class Cascade:
         about = None
         if self.moments and self.router is not None and budget and request.query is not None:
             about = self.router.probability(request.q)
-        best = hits[0].frame_score if hits else None
-        ties = sum(1 for h in hits[: self.head_candidates]
-                   if best is not None and (h.frame_score or 0.0) >= best - self.tie_margin)  # fmt: skip
+        scores = [h.frame_score or 0.0 for h in hits]
+        if about is not None and about >= self.router.threshold and self.router.selection is not None:
+            # a query about time: selection (which candidates the head reads, and their moments)
+            # looks where its selection query points (models.router), and the tie is measured there
+            request.select_q = self.router.selection(request.q)
+            scores = sorted(self.frame_tier.scores(hits, request.select_vec), reverse=True)
+        best = scores[0] if scores else None
+        ties = sum(
+            1 for v in scores[: self.head_candidates] if best is not None and v >= best - self.tie_margin
+        )
         return Signals(
             mode=p.mode, budget=budget, heavy_margin=p.heavy_margin, lead=lead, time_plan=plan,
             streaming=self.reranker.streaming,
@@ -177,6 +189,8 @@ class Cascade:
                 state, frame, self.time_tier.run(request, hits, signals.time_plan)
             )
         if route.tier == HEAVY:
+            if request.select_q is not None:
+                hits = self._selection_order(request, hits)
             ranked = self._heavy(state, request, hits, route.candidates)
             return (
                 self._keep_unless_stronger(state, hits, ranked, route.candidates)
@@ -184,6 +198,17 @@ class Cascade:
                 else ranked
             )
         return hits
+
+    def _selection_order(self, request: TierRequest, hits: list[Hit]) -> list[Hit]:
+        """The frame tier's first, then the rest by the selection query's frame score: the head reads
+        the first few (the frame tier's first among them, so that its evidence is weighed against
+        the head's)."""
+        if len(hits) < 2:
+            return hits
+        rest = hits[1:]
+        scores = self.frame_tier.scores(rest, request.select_vec)
+        order = sorted(range(len(rest)), key=lambda k: (-scores[k], rest[k].stage1_rank))
+        return [hits[0]] + [rest[k] for k in order]
 
     def _keep_unless_stronger(
         self, state: SearchState, frame: list[Hit], ranked: list[Hit], m: int

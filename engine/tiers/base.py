@@ -43,6 +43,7 @@ class TierRequest:
     chunk: int | None = None  # candidates between two progress updates
     query_key: str = ""  # models.selection.query_key of the request's query ("": from ``query``)
     query_states: tuple | None = None  # the query's token states, once read (a head that reads its text)
+    select_q: torch.Tensor | None = None  # where selection looks (models.router.SelectionQuery; None: q)
 
     def __post_init__(self) -> None:
         if not self.query_key:
@@ -53,6 +54,11 @@ class TierRequest:
     @property
     def q_vec(self) -> np.ndarray:
         return self.q.numpy().astype(np.float32)
+
+    @property
+    def select_vec(self) -> np.ndarray:
+        """The vector query-aware selection scores the frame bank with (Eq. 2): q_sel, else q."""
+        return self.q_vec if self.select_q is None else self.select_q.numpy().astype(np.float32)
 
 
 class Tier:

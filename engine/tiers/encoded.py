@@ -3,7 +3,8 @@ query-conditioned encoding of each candidate.
 
 For each candidate j, given the query text and its embedding q:
 
-    relevance_c = q · f_c over the C frame-bank embeddings f_c                    (selection)
+    relevance_c = q · f_c over the C frame-bank embeddings f_c (q_sel · f_c for a
+        query about time where the head ships a selection query: models.router)  (selection)
     K' positions ~ Q-Frame(relevance on its own scale, seed(request, q, j)) (Eq. 2) (selection)
     those frames from the frame cache, else the index's frame store, else
     decoded from the source video                                                (decode)
@@ -89,7 +90,7 @@ class EncodeTier(Tier):
         head trained on moments (or a one-shot tier given ``moments``), its windows (models.windows:
         dense around the relevance peaks, in time order, one clip each, with their pair frames)."""
         bank = self.index.frame_bank(hit.video_id)
-        relevance = bank_relevance(self.index, hit, request.q_vec)  # [C]
+        relevance = bank_relevance(self.index, hit, request.select_vec)  # [C]: q_sel · f_c, else q · f_c
         plan = self.window_plan
         if plan is None:
             pos = query_aware_positions(

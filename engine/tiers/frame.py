@@ -51,6 +51,11 @@ class FrameTier(Tier):
         self.index = index
         self.aggregate = FrameAggregate(aggregate)
 
+    def scores(self, hits: list[Hit], q: np.ndarray) -> list[float]:
+        """Each hit's frame score under another query vector ``q`` (a selection query), the hits left
+        as they are."""
+        return [frame_score(bank_relevance(self.index, h, q), self.aggregate) for h in hits]
+
     def run(self, request: TierRequest, hits: list[Hit]) -> list[Hit]:
         if not hits:
             return hits

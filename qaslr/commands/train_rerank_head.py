@@ -3,15 +3,18 @@ square moves from left to right"), order ("A, then B", "B after A", "A before B"
 appears twice", "... three times"), by the paper's recipe (Eq. 11-14; training/moment_head.py).
 
 It renders shapes-world splits (single events, mirror pairs, once / twice and twice / three-times
-pairs, reversal pairs; cached under --workdir), indexes them with the backbone, encodes each query's
-candidates' moments (the windows serving reads, from the index's frame store) and trains the head on
---train-seeds' splits, measuring it on --dev-seeds' (the seeds every constant was chosen on) against
-the frame tier on the same candidates, with the Table 5 controls and the Table 6 partial readouts.
-OUT holds the head (head_config.json, head.safetensors), its router (router.json: which queries are
-about time) and training.json (the recipe, the time it took, the measurements). A checkpoint's
-rerank_head/ folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. No rerank head
-ships yet: with these defaults the head stayed at chance on the development split
-(training/tiny_world/README.md, "The rerank head")."""
+pairs, reversal pairs; cached under --workdir), indexes them with the backbone, trains the selection
+query (models.router: where selection looks for a query about time's moments) on the world's texts,
+encodes each query's candidates' moments (chosen by it, read as serving reads them, from the index's
+frame store) and trains the head on --train-seeds' splits, measuring it on --dev-seeds' (the seeds
+every constant was chosen on) against the frame tier on the same candidates, with the Table 5
+controls and the Table 6 partial readouts. OUT holds the head (head_config.json, head.safetensors),
+its router (router.json: which queries are about time), its selection query (selection.safetensors)
+and training.json (the recipes, the time they took, the measurements). A checkpoint's rerank_head/
+folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. On 2 cores the data takes
+about 20 minutes the first time (rendering and indexing; 5 minutes once cached) and training 20
+epochs 3-10 minutes. The shapes-world checkpoint ships none: what it learns and why is in
+training/tiny_world/README.md ("The rerank head")."""
 
 from __future__ import annotations
 
@@ -47,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from training.moment_data import build_split, describe
+    from training.moment_data import build_split, describe, query_embedder, render_split
     from training.moment_head import MomentRecipe, evaluate, save, train_head, train_router
+    from training.selection_query import train_selection
 
     torch.set_num_threads(args.threads)
     recipe = dataclasses.replace(
@@ -62,9 +66,19 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
+    # every split is rendered before any backbone loads: libvpx has failed to open its encoder
+    # (EINVAL) in a process that had already built indexes (benchmarks/bench_quality.py does the same)
+    for seed in (*recipe.train_seeds, *recipe.dev_seeds):
+        render_split(work, seed, recipe.corpus)
+    # the selection query first: the candidates and windows the head reads are chosen by it
+    selection, selection_record = train_selection(
+        query_embedder(work, recipe.train_seeds[0], model, recipe.corpus)
+    )
+    print(json.dumps({"selection query": selection_record}, indent=1))
+
     def splits(seeds):
         return [build_split(work, s, model, corpus=recipe.corpus, candidates=recipe.candidates,
-                            plan=recipe.windows) for s in seeds]  # fmt: skip
+                            plan=recipe.windows, selection=selection) for s in seeds]  # fmt: skip
 
     train, dev = splits(recipe.train_seeds), splits(recipe.dev_seeds)
     data_s = time.perf_counter() - started
@@ -86,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
         "history": history,
         "dev": measured,
         "router": {k: v for k, v in router.items() if k.endswith("accuracy")},
+        "selection": selection_record,
     }
     save(head, router, out, record)
+    selection.save(out)
     print(json.dumps({"dev": {k: v["within_pair"] for k, v in measured.items()}}, indent=1))
     print(f"rerank head written to {out} ({data_s / 60:.1f} min of data, {train_s / 60:.1f} min of training)")
     return 0

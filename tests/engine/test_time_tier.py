@@ -30,8 +30,7 @@ def pairs(tmp_path_factory, tiny_world_checkpoint):
 
 
 def _engine(index, model, **settings):
-    """An engine without the checkpoint's rerank head (beside a head that reads moments no time head
-    serves: engine.loader)."""
+    """An engine without the checkpoint's rerank head (the time head alone answers order and count)."""
     from engine import EngineConfig, load_engine
 
     return load_engine(EngineConfig(index=index, model=str(model), **{"checkpoint_head": False, **settings}))
@@ -134,7 +133,11 @@ def test_a_checkpoint_time_head_of_another_backbone_steps_aside(
         engine.close()
 
 
-def test_beside_a_rerank_head_that_reads_moments_no_time_head_serves(pairs, tiny_world_checkpoint, tmp_path):
+def test_beside_a_rerank_head_that_reads_moments_the_time_head_serves_what_it_reads(
+    pairs, tiny_world_checkpoint, tmp_path
+):
+    """Both serve: an order query the time head reads goes to it (where it reads a query it measurably
+    wins: docs/results.md), and the answer says so."""
     from core.config import DEFAULT_MAX_EVIDENCE
     from models.head import create_head, save_head
     from training.moment_head import MomentRecipe, head_config
@@ -145,7 +148,13 @@ def test_beside_a_rerank_head_that_reads_moments_no_time_head_serves(pairs, tiny
     engine = _engine(index, tiny_world_checkpoint, rerank_head=tmp_path / "moments")
     try:
         assert engine.info["rerank_head_source"] == "QASLR_RERANK_HEAD"
-        assert engine.info["time_head_source"] is None and engine.searcher.cascade.time_tier is None
+        assert (
+            engine.info["time_head_source"] == "checkpoint" and engine.searcher.cascade.time_tier is not None
+        )
         assert engine.searcher.cascade.moments
+        corpus, _ = pairs
+        query, _right = next(iter(corpus.queries("order")))
+        out = engine.search_sync({"query": query, "top_k": 2})
+        assert out.route.startswith("a query about order or count"), out.route
     finally:
         engine.close()

@@ -93,3 +93,54 @@ class _Clock:
 
     def check(self):
         pass
+
+
+def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_did(
+    split, tiny_world_checkpoint, tmp_path
+):
+    """With a selection query (models.router), training chooses each candidate's windows by q_sel;
+    served, the cascade sets q_sel on the request of a query its router calls about time, and the head
+    scores each candidate as training scored it (the same windows)."""
+    from engine import EngineConfig, load_engine
+    from engine.results import Hit
+    from engine.tiers.base import RerankStats, TierRequest
+    from models.backbone import DEFAULT_INSTRUCTION, load_backbone
+    from training.moment_data import build_split
+    from training.moment_head import MomentRecipe, save, scores, train_head, train_router
+    from training.selection_query import SelectionRecipe, train_selection
+
+    work, _ = split
+    backbone = load_backbone(tiny_world_checkpoint, device="cpu")
+    selection, _ = train_selection(
+        lambda texts: backbone.embed_texts(texts, instruction=DEFAULT_INSTRUCTION),
+        SelectionRecipe(orders=50, steps=100),
+    )
+    data = build_split(
+        work, 11, tiny_world_checkpoint, corpus=CORPUS, candidates=3, plan=PLAN, selection=selection
+    )
+    item = next(i for i in data.items if i.kind == "change")
+    plain = build_split(work, 11, tiny_world_checkpoint, corpus=CORPUS, candidates=3, plan=PLAN)
+    assert any(  # the selection query chose other windows than q would for some query
+        a.windows != b.windows for a, b in zip(data.items, plain.items, strict=True)
+    )
+    recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN)
+    hidden, embed = item.states.shape[-1], item.q.shape[-1]
+    head, _ = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
+    out = save(head, train_router([data], [], epochs=20), tmp_path / "head", {})
+    selection.save(out)
+    index = next(work.glob("moment-index-*"))
+    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), rerank_head=out,
+                                      model_processes=0, batching=False))  # fmt: skip
+    try:
+        assert engine.searcher.cascade.router.selection.fingerprint == selection.fingerprint
+        trained = [s[-1] for s in scores(head, [item], data.evidence)[0]]
+        hits = [Hit(c.split("/", 1)[1], 0.0, 0.0, k + 1, record=engine.index.video(c.split("/", 1)[1]))
+                for k, c in enumerate(item.candidates)]  # fmt: skip
+        q = engine.encoder.embed_queries([item.text])[0].float()
+        request = TierRequest(query=item.text, q=q, frames=32, seed=0, stats=RerankStats(), clock=_Clock(),
+                              select_q=selection(q))  # fmt: skip
+        served = {h.video_id: h.score for h in engine.searcher.reranker.run(request, hits)}
+        for cand, want in zip(item.candidates, trained, strict=True):
+            assert served[cand.split("/", 1)[1]] == pytest.approx(float(want), abs=2e-3)
+    finally:
+        engine.close()
