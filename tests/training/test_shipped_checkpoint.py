@@ -51,3 +51,28 @@ def test_the_shipped_weights_are_what_train_backbone_runs_by_default():
     assert recipe["config"] == json.loads(json.dumps(asdict(config)))
     assert config.motion_recipe.steps > 0 and recipe["phases"]["motion_recipe"]["evals"]
     assert recipe["final"]["reversal"] >= 0.9  # the check it was judged by, on the recipe's check seeds
+
+
+def test_the_shipped_rerank_head_reads_moments_with_its_router_and_selection_query(tmp_path):
+    """The rerank head the checkpoint ships (training/tiny_world/rerank_head/) loads through the
+    production loaders, reads moments as its recipe trains them, ships a router and a selection query
+    for the backbone's embedding size, and records the recipe it was trained by (qaslr train-rerank-head)."""
+    from core.config import CHECKPOINT_HEAD_DIR
+    from models.head import load_head
+    from models.router import load_router
+    from training.moment_head import MomentRecipe
+
+    shipped = ASSET_DIR / CHECKPOINT_HEAD_DIR
+    head = load_head(shipped)
+    recipe = MomentRecipe()
+    assert head.config.window_plan == recipe.windows and head.config.text_memory and head.config.update_gate
+    router = load_router(shipped)
+    assert router is not None and router.selection is not None
+    assert router.weight.shape[0] == router.selection.weight.shape[0] == head.config.embed_dim
+    record = json.loads((shipped / "training.json").read_text())
+    assert record["recipe"]["windows"] == recipe.windows.to_dict()
+    assert record["recipe"]["epochs"] == recipe.epochs and record["recipe"]["dropout"] == recipe.dropout
+    assert record["selection"]["held-out changes: q_sel names a right event first"] >= 0.8
+    # a copy of the checkpoint serves it: the digest covers it
+    copy = current_tiny_world_checkpoint(tmp_path / "tw")
+    assert (copy / CHECKPOINT_HEAD_DIR / "selection.safetensors").is_file()
