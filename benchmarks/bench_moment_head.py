@@ -83,8 +83,8 @@ def main(argv=None) -> int:
     from benchmarks.provenance import environment, recorded_args
     from core.config import DEFAULT_MAX_EVIDENCE
     from training.backbone import current_tiny_world_checkpoint
-    from training.moment_data import build_split, describe
-    from training.moment_head import MomentRecipe, evaluate, train_head
+    from training.moment_data import describe
+    from training.moment_head import MomentRecipe, evaluate, moment_splits, train_head
 
     torch.set_num_threads(args.threads)
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
@@ -94,14 +94,9 @@ def main(argv=None) -> int:
     if args.epochs:
         base = dataclasses.replace(base, epochs=args.epochs)
 
-    def split(seed):
-        return build_split(
-            work, seed, model, corpus=base.corpus, candidates=base.candidates, plan=base.windows
-        )
-
     started = time.perf_counter()
-    train = [split(s) for s in base.train_seeds]
-    held = [split(args.held_out)]
+    # the candidates and moments the head reads are chosen by its selection query, as the command's
+    _, _, (train, held) = moment_splits(work, model, base, base.train_seeds, (args.held_out,))
     sample = train[0].items[0]
     hidden, embed = sample.states.shape[-1], sample.q.shape[-1]
     seen = max(e[0].shape[0] for s in train for e in s.evidence.values())

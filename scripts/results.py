@@ -10,6 +10,8 @@ benchmark command that the page names beside each table:
     docs/bench/quality_long.json    benchmarks/bench_quality.py --min-s 720 --max-s 1200 ... (long videos)
     docs/bench/time_tier.json       benchmarks/bench_quality.py --motion-pairs 6 --order-pairs 5 ... (queries about time)
     docs/bench/time_head_recipe.json benchmarks/bench_time_head.py --json ... (its Table 6, its early exit)
+    docs/bench/moment_head.json     benchmarks/bench_moment_head.py --json ... (the rerank head's Tables 5, 6)
+    docs/bench/rerank_head.json     benchmarks/bench_quality.py --rerank-head ... (the rerank head served)
     docs/bench/backbone_motion*.json benchmarks/bench_backbone.py OTHER --json ... (a motion recipe's weights)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
@@ -41,7 +43,7 @@ from results_cold import (
     quality_cold_warm_section,
 )
 from results_format import cell_text, environment_line, mean_std, mode_names
-from results_time import backbone_section, time_recipe_section
+from results_time import backbone_section, moment_head_section, time_recipe_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
@@ -400,9 +402,26 @@ def results_page() -> str:
     if timed:
         out += quality_section(timed, "Queries about time: motion, order and count beside every tier",
                                TIME_COLUMNS, _time_intro(timed))  # fmt: skip
+    served = _load("rerank_head.json")
+    if served:
+        intro = [
+            "The QASLR rerank head that reads moments (`training/tiny_world/rerank_head/`, the run named "
+            f"`{', '.join(served['args'].get('rerank_head', []))}` here, the same bytes) with its router and selection "
+            "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0). *cascade, the "
+            "default, head* is what the server serves by default with the shapes-world checkpoint: the time head "
+            "for the order and count queries its parser reads, the rerank head for the other queries its router "
+            "calls about time, the frame tier for the rest; *head on all R* runs the head on every candidate of "
+            "every query.",
+            "",
+        ]
+        out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", TIME_COLUMNS,
+                               intro + _time_intro(served))  # fmt: skip
     recipe = _load("time_head_recipe.json")
     if recipe:
         out += time_recipe_section(recipe)
+    moments = _load("moment_head.json")
+    if moments:
+        out += moment_head_section(moments)
     out += backbone_section([(p.name, _load(p.name)) for p in sorted(BENCH.glob("backbone_motion*.json"))])
     one = "seed 0 chose one moment over two"
     for name, backbone, chose in (

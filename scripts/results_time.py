@@ -140,3 +140,60 @@ def backbone_section(runs: list[tuple[str, dict]]) -> list[str]:
         )
         out += ["", environment_line(data)]
     return out + [""]
+
+
+def _ms(cell: dict) -> str:
+    """A {"mean", "std"} share as 'mean ± std' in %."""
+    mean, std = cell.get("mean"), cell.get("std")
+    if not isinstance(mean, int | float) or mean != mean:
+        return "–"
+    return f"{100 * mean:.1f} ± {100 * (std or 0.0):.1f}"
+
+
+def moment_head_section(data: dict) -> list[str]:
+    """The rerank head that reads moments: Table 6 (its recipe's terms) and Table 5 (its controls) on a
+    held-out split (benchmarks/bench_moment_head.py)."""
+    args = data.get("args", {})
+    held = data.get("data", {}).get("held_out", [{}])[0]
+    train = data.get("data", {}).get("train", [])
+    kinds = (("change", "motion and change"), ("order", "order"), ("count", "count"))
+    out = [
+        "## The rerank head that reads moments: Table 6 and Table 5",
+        "",
+        f"`OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_moment_head.py --held-out {args.get('held_out')}` — "
+        f"heads trained by `qaslr train-rerank-head`'s recipe on its splits ({sum(s.get('queries', 0) for s in train)} "
+        f"queries), measured on split {held.get('seed')} that chose nothing ({held.get('queries')} queries, 6 candidates "
+        f"each: the frame tier's first by the selection query, the query's own video and its pair partner among them); "
+        f"weight seeds {', '.join(str(x) for x in args.get('seeds', []))}, mean ± std; {data.get('minutes', 0):.0f} min on "
+        "2 cores. Each cell: the share of queries whose right video the readout ranks above its pair partner "
+        "(chance 50 %; the partner shows the same frames reversed, the same events mirrored, or another count).",
+        "",
+        "Table 6: the readout after that share of each candidate's clips, per training recipe.",
+        "",
+        "| training | kind | 25 % | 50 % | 75 % | all | mean |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    readouts = ("after 25 %", "after 50 %", "after 75 %", "head", "mean")
+    for recipe, row in data.get("table6", {}).items():
+        for kind, name in kinds:
+            if kind in row:
+                out.append(f"| {recipe} | {name} | " + " | ".join(_ms(row[kind][r]) for r in readouts) + " |")
+    table5 = data.get("table5", {})
+    if table5:
+        frame = data.get("frame_tier") or {}
+        out += [
+            "",
+            "Table 5: the shipped recipe's head read with its clips in order, shuffled, reversed, with its memory "
+            "reset before every clip (the clips' readouts pooled), and from the last clip alone; the frame tier's "
+            "best-frame score on the same candidates beside them.",
+            "",
+            "| reading | " + " | ".join(name for _, name in kinds) + " |",
+            "|---|---|---|---|",
+        ]
+        for control, row in table5.items():
+            label = "in order (the head)" if control == "head" else control
+            out.append(f"| {label} | " + " | ".join(_ms(row.get(k, {})) for k, _ in kinds) + " |")
+        if frame:
+            cells = [f"{100 * frame[k]:.1f}" if isinstance(frame.get(k), float) else "–" for k, _ in kinds]
+            out.append("| frame tier (last seed's split) | " + " | ".join(cells) + " |")
+    return out + [""]

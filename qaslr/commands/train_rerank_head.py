@@ -13,8 +13,8 @@ its router (router.json: which queries are about time), its selection query (sel
 and training.json (the recipes, the time they took, the measurements). A checkpoint's rerank_head/
 folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. On 2 cores the data takes
 about 20 minutes the first time (rendering and indexing; 5 minutes once cached) and training 20
-epochs 3-10 minutes. The shapes-world checkpoint ships none: what it learns and why is in
-training/tiny_world/README.md ("The rerank head")."""
+epochs 5-10 minutes. The shapes-world checkpoint ships the head it trains: what it learns, and where
+it falls short, is in training/tiny_world/README.md ("The rerank head")."""
 
 from __future__ import annotations
 
@@ -50,9 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from training.moment_data import build_split, describe, query_embedder, render_split
-    from training.moment_head import MomentRecipe, evaluate, save, train_head, train_router
-    from training.selection_query import train_selection
+    from training.moment_data import describe
+    from training.moment_head import MomentRecipe, evaluate, moment_splits, save, train_head, train_router
 
     torch.set_num_threads(args.threads)
     recipe = dataclasses.replace(
@@ -66,21 +65,10 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
-    # every split is rendered before any backbone loads: libvpx has failed to open its encoder
-    # (EINVAL) in a process that had already built indexes (benchmarks/bench_quality.py does the same)
-    for seed in (*recipe.train_seeds, *recipe.dev_seeds):
-        render_split(work, seed, recipe.corpus)
-    # the selection query first: the candidates and windows the head reads are chosen by it
-    selection, selection_record = train_selection(
-        query_embedder(work, recipe.train_seeds[0], model, recipe.corpus)
+    selection, selection_record, (train, dev) = moment_splits(
+        work, model, recipe, recipe.train_seeds, recipe.dev_seeds
     )
     print(json.dumps({"selection query": selection_record}, indent=1))
-
-    def splits(seeds):
-        return [build_split(work, s, model, corpus=recipe.corpus, candidates=recipe.candidates,
-                            plan=recipe.windows, selection=selection) for s in seeds]  # fmt: skip
-
-    train, dev = splits(recipe.train_seeds), splits(recipe.dev_seeds)
     data_s = time.perf_counter() - started
     sample = train[0].items[0]
     hidden, embed = sample.states.shape[-1], sample.q.shape[-1]
