@@ -467,7 +467,7 @@ def test_concurrent_searches_answer_as_serial_ones(world_engine):
 
     _, plain = searcher_for(
         world_engine.index, world_engine.config.replace(batching=False), world_engine.encoder.backbone,
-        world_engine.head, world_engine.cache,
+        world_engine.head, world_engine.cache, rerank=world_engine.rerank,
     )  # fmt: skip
     assert plain.reranker.batcher is None
     for r, a in zip(requests, serial, strict=True):

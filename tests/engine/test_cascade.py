@@ -70,7 +70,8 @@ def test_the_cascade_reencodes_only_the_frame_tiers_top_heavy(world_engine, worl
     )
     outcome = world_engine.searcher.search({"query": query, "mode": "rerank", "heavy": 2, "top_k": 6})
     tiers = [h.tier for h in outcome.hits]
-    assert tiers[:2] == ["oneshot", "oneshot"] and set(tiers[2:]) == {"frame"}
+    heavy = world_engine.searcher.reranker.name  # the checkpoint's rerank head ("head"), else one-shot
+    assert tiers[:2] == [heavy, heavy] and set(tiers[2:]) == {"frame"}
     # the heavy tier reorders the frame tier's top 2 among themselves; the rest keep the frame order
     assert {h.video_id for h in outcome.hits[:2]} == {h.video_id for h in frames_only.hits[:2]}
     assert [h.video_id for h in outcome.hits[2:]] == [h.video_id for h in frames_only.hits[2:]]
@@ -208,9 +209,10 @@ def test_oneshot_moments_read_the_peak_moment_as_temporal_pairs(
     (_, start, end), *_ = world_corpus.by_id()[right].events
     reads = {}
     for moments in (0, 1):
-        engine = load_engine(
-            EngineConfig(index=world_index, model=str(tiny_world_checkpoint), oneshot_moments=moments)
-        )
+        engine = load_engine(  # one-shot stage 2: not the checkpoint's rerank head
+            EngineConfig(index=world_index, model=str(tiny_world_checkpoint), oneshot_moments=moments,
+                         checkpoint_head=False)
+        )  # fmt: skip
         try:
             assert engine.info["cascade"]["oneshot_moments"] == moments  # as /readyz says it
             # reading moments one-shot answers no order or count: those still go to the time head
