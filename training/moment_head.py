@@ -374,7 +374,7 @@ def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, see
         opt.zero_grad()
         loss.backward()
         opt.step()
-    result = {"weight": layer.weight[0].tolist(), "bias": float(layer.bias), "threshold": 0.5}
+    result = {"weight": layer.weight[0].tolist(), "bias": float(layer.bias.detach()), "threshold": 0.5}
     with torch.no_grad():
         for name, splits in (("train", train), ("dev", dev)):
             if splits:
