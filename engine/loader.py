@@ -185,11 +185,13 @@ def _info(
         # queries about order and count (engine.tiers.timehead): the time head's digest and source
         "time_head": rerank.time_fingerprint,
         "time_head_source": rerank.time_source,
-        # oneshot_moments: one-shot reads each candidate's top N moments as temporal pairs (0: Q-Frame)
+        # oneshot_moments: one-shot reads each candidate's top N moments as temporal pairs (0: Q-Frame);
+        # about_time: the streaming head reads the moments of queries its router calls about time
         "cascade": {
             "heavy": config.heavy,
             "heavy_margin": config.heavy_margin,
             "oneshot_moments": config.oneshot_moments,
+            "about_time": searcher.cascade.moments and searcher.cascade.router is not None,
         },
         "min_relevance": MIN_RELEVANCE,
         "batching": None

@@ -72,7 +72,9 @@ async function loadStatus() {
       // stage 2: the frame tier always; the heavy tier (one-shot or a streaming head) as the cascade says
       const margin = body.cascade ? body.cascade.heavy_margin : null;
       const when = margin === 0 ? "when a search asks" : margin >= 2 ? `on the top ${body.cascade.heavy}` : "on close calls";
-      let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: frame tier, ${body.rerank} ${when}`;
+      // a head that reads moments also answers, by default, the queries its router calls about time
+      const timely = body.cascade && body.cascade.about_time ? "on queries about time and " : "";
+      let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: frame tier, ${body.rerank} ${timely}${when}`;
       // which head streams stage 2: the checkpoint's own, one named by QASLR_RERANK_HEAD, or the index's
       if (body.rerank_head_source) text += ` (${HEAD_SOURCES[body.rerank_head_source] || body.rerank_head_source}${body.rerank_head ? " " + body.rerank_head : ""})`;
       // queries about order and count go to the time head when one serves (engine.tiers.timehead)

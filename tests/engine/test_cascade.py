@@ -215,6 +215,7 @@ def test_oneshot_moments_read_the_peak_moment_as_temporal_pairs(
         )  # fmt: skip
         try:
             assert engine.info["cascade"]["oneshot_moments"] == moments  # as /readyz says it
+            assert engine.info["cascade"]["about_time"] is False  # no head that reads moments serves
             # reading moments one-shot answers no order or count: those still go to the time head
             assert (engine.searcher.reranker.window_plan is not None) == bool(moments)
             assert not engine.searcher.cascade.moments

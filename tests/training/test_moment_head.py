@@ -133,6 +133,7 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
                                       model_processes=0, batching=False))  # fmt: skip
     try:
         assert engine.searcher.cascade.router.selection.fingerprint == selection.fingerprint
+        assert engine.info["cascade"]["about_time"]  # /readyz and the page say the head answers them
         trained = [s[-1] for s in scores(head, [item], data.evidence)[0]]
         hits = [Hit(c.split("/", 1)[1], 0.0, 0.0, k + 1, record=engine.index.video(c.split("/", 1)[1]))
                 for k, c in enumerate(item.candidates)]  # fmt: skip
