@@ -168,7 +168,13 @@ def moment_head_section(data: dict) -> list[str]:
         "2 cores. Each cell: the share of queries whose right video the readout ranks above its pair partner "
         "(chance 50 %; the partner shows the same frames reversed, the same events mirrored, or another count).",
         "",
-        "Table 6: the readout after that share of each candidate's clips, per training recipe.",
+        "Table 6: the readout after that share of each candidate's clips, per training recipe"
+        + (
+            ""
+            if len(data.get("table6", {})) >= 4
+            else f" (only these were run: `--recipes {' '.join(repr(r) for r in data.get('table6', {}))}`)"
+        )
+        + ".",
         "",
         "| training | kind | 25 % | 50 % | 75 % | all | mean |",
         "|---|---|---|---|---|---|---|",
