@@ -71,6 +71,8 @@ class Signals:
     about_time: float | None = None  # the router's probability that the query is about time
     router_threshold: float = 0.5
     ties: int = 1  # the frame tier's first candidates within ``tie_margin`` of its best (at most the cap)
+    # per hit, in the frame tier's order: its frame score under the router's selection query (None: q's)
+    selection: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -160,12 +162,14 @@ class Cascade:
         about = None
         if self.moments and self.router is not None and budget and request.query is not None:
             about = self.router.probability(request.q)
+        selection = None
         scores = [h.frame_score or 0.0 for h in hits]
         if about is not None and about >= self.router.threshold and self.router.selection is not None:
             # a query about time: selection (which candidates the head reads, and their moments)
             # looks where its selection query points (models.router), and the tie is measured there
             request.select_q = self.router.selection(request.q)
-            scores = sorted(self.frame_tier.scores(hits, request.select_vec), reverse=True)
+            selection = tuple(self.frame_tier.scores(hits, request.select_vec))
+            scores = sorted(selection, reverse=True)
         best = scores[0] if scores else None
         ties = sum(
             1 for v in scores[: self.head_candidates] if best is not None and v >= best - self.tie_margin
@@ -175,6 +179,7 @@ class Cascade:
             streaming=self.reranker.streaming,
             moments=self.moments, about_time=about,
             router_threshold=self.router.threshold if self.router is not None else 0.5, ties=ties,
+            selection=selection,
         )  # fmt: skip
 
     def _route(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> list[Hit]:
@@ -189,8 +194,8 @@ class Cascade:
                 state, frame, self.time_tier.run(request, hits, signals.time_plan)
             )
         if route.tier == HEAVY:
-            if request.select_q is not None:
-                hits = self._selection_order(request, hits)
+            if signals.selection is not None:
+                hits = selection_order(hits, signals.selection)
             ranked = self._heavy(state, request, hits, route.candidates)
             return (
                 self._keep_unless_stronger(state, hits, ranked, route.candidates)
@@ -198,17 +203,6 @@ class Cascade:
                 else ranked
             )
         return hits
-
-    def _selection_order(self, request: TierRequest, hits: list[Hit]) -> list[Hit]:
-        """The frame tier's first, then the rest by the selection query's frame score: the head reads
-        the first few (the frame tier's first among them, so that its evidence is weighed against
-        the head's)."""
-        if len(hits) < 2:
-            return hits
-        rest = hits[1:]
-        scores = self.frame_tier.scores(rest, request.select_vec)
-        order = sorted(range(len(rest)), key=lambda k: (-scores[k], rest[k].stage1_rank))
-        return [hits[0]] + [rest[k] for k in order]
 
     def _keep_unless_stronger(
         self, state: SearchState, frame: list[Hit], ranked: list[Hit], m: int
@@ -266,6 +260,16 @@ class Cascade:
             request.on_update = lambda sub: outer(heavy_first(sub, tier.name) + rest)
         top = tier.run(request, top)
         return heavy_first(top, tier.name) + rest
+
+
+def selection_order(hits: list[Hit], scores) -> list[Hit]:
+    """The frame tier's first, then the rest by ``scores`` (per hit: its frame score under the selection
+    query): the head reads the first few, the frame tier's first among them, so that its evidence is
+    weighed against the head's."""
+    if len(hits) < 2:
+        return hits
+    rest = sorted(range(1, len(hits)), key=lambda k: (-scores[k], hits[k].stage1_rank))
+    return [hits[0]] + [hits[k] for k in rest]
 
 
 def heavy_first(hits: list[Hit], name: str) -> list[Hit]:
