@@ -167,8 +167,12 @@ def run_span(run: RelevanceRun, timestamps: np.ndarray, frame_s: float, duration
 
 
 def bank_relevance(index, hit, q: np.ndarray) -> np.ndarray:
-    """q·f_c over ``hit``'s frame bank: computed on first use in a search and kept on the hit, so the
-    frame tier, selection, evidence, moments, timelines and clips of one search share one product."""
-    if hit.bank_relevance is None:
-        hit.bank_relevance = relevance_scores(index.frame_bank(hit.video_id).embeddings, q)
-    return hit.bank_relevance
+    """q·f_c over ``hit``'s frame bank: computed on first use in a search and kept on the hit per query
+    vector, so the frame tier, selection, evidence, moments, timelines and clips of one search share one
+    product per vector (q, and the selection query q_sel of a query about time: each its own)."""
+    vector = np.ascontiguousarray(q, dtype=np.float32).reshape(-1)
+    key = vector.tobytes()
+    got = hit.bank_relevance.get(key)
+    if got is None:
+        got = hit.bank_relevance[key] = relevance_scores(index.frame_bank(hit.video_id).embeddings, vector)
+    return got

@@ -64,7 +64,9 @@ class Hit:
     events: np.ndarray | None = None  # [S, d] the query's event embeddings
     event_peaks: np.ndarray | None = None  # [S] max_t p_k · f_t over the bank, for each event
     # -- computed once a search and shared by its stages -------------------------------------------------
-    bank_relevance: np.ndarray | None = None  # q·f_c over the video's frame bank (engine.moments)
+    # v·f_c over the video's frame bank, per query vector v (q, and a selection query's q_sel where one
+    # serves): engine.moments.bank_relevance
+    bank_relevance: dict = field(default_factory=dict)
     peak: float | None = None  # max_c q·f_c over the video's frame bank
     moment_run: object = None  # engine.moments.RelevanceRun behind ``moment`` (for refinement)
 

@@ -53,3 +53,24 @@ def test_the_vectorised_timeline_bins_like_array_split(n):
     r = rng.normal(size=n).astype(np.float32)
     got = relevance_timeline(t, r, 0.25, float(n) + 1).points
     assert got == _timeline_by_loop(t, r.astype(np.float64), 0.25, float(n) + 1)
+
+
+def test_a_hits_bank_relevance_is_kept_per_query_vector():
+    """One search scores a bank under q (the frame tier, evidence, moments) and, for a query about time,
+    under its selection query q_sel (engine.search.cascade): each vector gets its own product, however
+    the calls interleave (a relevance kept for q and handed back for q_sel once cut every moment by q)."""
+    from types import SimpleNamespace
+
+    from engine.moments import bank_relevance
+    from engine.results import Hit
+
+    rng = np.random.default_rng(0)
+    bank = SimpleNamespace(embeddings=rng.normal(size=(50, 8)).astype(np.float16))
+    index = SimpleNamespace(frame_bank=lambda video_id: bank)
+    hit = Hit("v", 0.0, 0.0, 1)
+    q, q_sel = rng.normal(size=8).astype(np.float32), rng.normal(size=8).astype(np.float32)
+    want_q = bank.embeddings.astype(np.float32) @ q
+    want_sel = bank.embeddings.astype(np.float32) @ q_sel
+    for vector, want in ((q, want_q), (q_sel, want_sel), (q, want_q), (q_sel.astype(np.float64), want_sel)):
+        np.testing.assert_allclose(bank_relevance(index, hit, vector), want, rtol=1e-4, atol=1e-4)
+    assert bank_relevance(index, hit, q) is bank_relevance(index, hit, q)  # one product per vector

@@ -100,7 +100,8 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
 ):
     """With a selection query (models.router), training chooses each candidate's windows by q_sel;
     served, the cascade sets q_sel on the request of a query its router calls about time, and the head
-    scores each candidate as training scored it (the same windows)."""
+    scores each candidate as training scored it (the same windows), after the frame tier has scored
+    them by q as it does when served."""
     from engine import EngineConfig, load_engine
     from engine.results import Hit
     from engine.tiers.base import RerankStats, TierRequest
@@ -140,6 +141,7 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
         q = engine.encoder.embed_queries([item.text])[0].float()
         request = TierRequest(query=item.text, q=q, frames=32, seed=0, stats=RerankStats(), clock=_Clock(),
                               select_q=selection(q))  # fmt: skip
+        engine.searcher.cascade.frame_tier.run(request, hits)  # as served: the frame tier reads q first
         served = {h.video_id: h.score for h in engine.searcher.reranker.run(request, hits)}
         for cand, want in zip(item.candidates, trained, strict=True):
             assert served[cand.split("/", 1)[1]] == pytest.approx(float(want), abs=2e-3)
