@@ -356,6 +356,11 @@ def modes_for(args) -> list[Mode]:
         modes.append(
             Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", served)
         )
+        alone = served + (("head_frame_weight", 0.0),)  # the head's own score, without the frame bank's
+        modes.append(
+            Mode("cascade, the default, head's score alone" + (f" ({label})" if label else ""), "oneshot",
+                 "rerank", alone)
+        )  # fmt: skip
         gate = run / "gate"
         if (gate / "gate.json").exists():
             for eta in args.exit_threshold:

@@ -175,10 +175,23 @@ DEFAULT_HEAVY_MARGIN = 0.0
 # within TIE_MARGIN of its best (it cannot tell them apart: a video and its reversal, its mirror, its
 # count partner hold the same frames), at most HEAD_CANDIDATES of them (what the head was trained to
 # rerank); the head's order stands where its best beats the frame tier's first by KEEP_MARGIN on its
-# own score. Chosen on the development seeds of training/moment_head.py (MomentRecipe.dev_seeds).
+# own score. Chosen on the development seeds of training/moment_head.py (MomentRecipe.dev_seeds). The
+# tie is measured on the selection query's frame scores where the head ships one (q_sel · f_c: a video
+# showing the events the query names scores about 0.6-0.9, one without them 0.0-0.5); on development
+# seeds 0 and 4 of benchmarks/bench_quality.py (24 motion queries over the collection, Hit@1) a wider
+# margin read more candidates (0.05 0.25, 0.1 0.33, 0.2 0.38 with HEAD_FRAME_WEIGHT) but sent a
+# single-event query its router misreads to the head ("white triangle shows up briefly",
+# tests/engine/test_time_routing.py): 0.05 stays.
 DEFAULT_TIE_MARGIN = 0.05
 DEFAULT_HEAD_CANDIDATES = 6
 DEFAULT_KEEP_MARGIN = 0.0
+# ... and each candidate the head read scores q · z_T + HEAD_FRAME_WEIGHT · (max_c q_sel · f_c + max_c
+# q · f_c) (the head reads how the moments change, the frame bank whether the events the query names
+# show at all). On the same development seeds, weights on (q_sel, q) of 0 (the head alone) gave motion
+# Hit@1 0.17 (margin 0.05; 0.29 at 0.2); at margin 0.2, (0.5, 0) 0.38, and a wrong first above the frame
+# tier's on 1 of the 30 ordinary sentences of tests/engine/test_time_routing.py; (0.5, 0.5) 0.38 and
+# none; (1, 1) 0.42 and none; (0.25, 1) 0.21; at margin 0.05, (0.5, 0.5) and (1, 1) 0.25.
+DEFAULT_HEAD_FRAME_WEIGHT = 0.5
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 # Refining costs a decode of the source around each edge: with 3, refinement was 86 % of the default
 # cascade's p50 (403 of 469 ms; bench_quality seeds 0-2), for R1@0.7 that is measured on the top-1.

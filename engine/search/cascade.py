@@ -14,15 +14,25 @@ that applies wins:
         and the frame tier cannot tell its first few apart (two or more
         within ``tie_margin`` of its best; scored by the router's selection
         query where it ships one)                                          the heavy tier, on those few
+                                                                           and the frame tier's first
     the frame tier's lead (its first score less its second) reaches
         ``heavy_margin``                                                   the frame tier's order stands
     otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
 
 Where the router ships a selection query (models.router.SelectionQuery: q_sel, where a query about
-time's events show), a query it calls about time is selected by q_sel: the head reads the frame
-tier's first and then the candidates q_sel scores highest, and each one's moments are cut from
-q_sel · f_c; the head scores with q and the query's text. The router is learned (a logistic
-regression on q, trained with the head: training.moment_head). The time head's parse
+time's events show), a query it calls about time is read by q_sel (:meth:`Cascade.read_query`, once,
+before stage 1): stage 1 shortlists by q and q_sel in turn (engine.search.stage1); the tie is
+measured on q_sel's frame scores; the head reads the candidates q_sel scores highest and the frame
+tier's first, and each one's moments are cut from q_sel · f_c; the head scores with q and the
+query's text, and each candidate it read ranks by
+
+    s = q · z_T + head_frame_weight · (max_c q_sel · f_c + max_c q · f_c)
+
+(its reading of how the moments change, plus whether the frames show the events the query names at
+all, by its selection query and by itself: alone, the head weighs a static yellow triangle like a
+moving one, and a sentence the router misreads, "after some grey frames an orange square shows up",
+would find an orange circle). The router is learned (a
+logistic regression on q, trained with the head: training.moment_head). The time head's parse
 (models.time_head, a template) routes the order and count queries it reads, and its ranking stands
 only where its evidence is stronger: where its first differs from the frame tier's, the time
 head's first must show every event the parse read (``shown``: each event's relevance reaches
@@ -105,7 +115,8 @@ class Cascade:
 
     def __init__(
         self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
-        tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, shown=None,
+        tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, frame_weight: float = 0.0,
+        shown=None,
     ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
@@ -114,6 +125,7 @@ class Cascade:
         self.policy = policy or CascadePolicy()
         self.router = router  # models.router.Router: is a query about time (the moment head's)
         self.tie_margin, self.head_candidates, self.keep_margin = tie_margin, head_candidates, keep_margin
+        self.frame_weight = frame_weight  # the frame bank's weight in the head's score (_with_frame_evidence)
         self.shown = shown  # hit -> bool: a time-tier hit shows every event its plan read (module docstring)
 
     @property
@@ -150,6 +162,20 @@ class Cascade:
             outcome.store_frames, outcome.store_errors = f.store_frames, f.store_errors
             outcome.warnings += stats.warnings
 
+    def read_query(self, state: SearchState) -> None:
+        """Whether the query is about time, measured once before stage 1 (it shortlists such a query
+        by its selection query too: engine.search.stage1): the router's probability
+        (``state.about_time``) where a head that reads moments serves a text query in rerank mode with
+        a heavy budget, and, where the router calls it about time and ships a selection query, q_sel
+        (``state.select_q``)."""
+        p = state.params
+        if (p.mode != SearchMode.RERANK or not p.heavy or not self.moments or self.router is None
+                or p.image is not None or state.seen_text is None):  # fmt: skip
+            return
+        state.about_time = self.router.probability(state.q[0])
+        if state.about_time >= self.router.threshold and self.router.selection is not None:
+            state.select_q = self.router.selection(state.q[0])
+
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
         budget = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
@@ -159,15 +185,13 @@ class Cascade:
         lead = None
         if len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
-        about = None
-        if self.moments and self.router is not None and budget and request.query is not None:
-            about = self.router.probability(request.q)
+        about = state.about_time if budget else None
         selection = None
         scores = [h.frame_score or 0.0 for h in hits]
-        if about is not None and about >= self.router.threshold and self.router.selection is not None:
+        if about is not None and state.select_q is not None:
             # a query about time: selection (which candidates the head reads, and their moments)
             # looks where its selection query points (models.router), and the tie is measured there
-            request.select_q = self.router.selection(request.q)
+            request.select_q = state.select_q
             selection = tuple(self.frame_tier.scores(hits, request.select_vec))
             scores = sorted(selection, reverse=True)
         best = scores[0] if scores else None
@@ -187,6 +211,8 @@ class Cascade:
         signals = self.signals(state, request, hits)
         route = self.policy.route(signals, len(hits))
         state.outcome.route = route.why
+        if state.select_q is not None:
+            state.outcome.route += "; stage 1 shortlisted by the query and its selection query in turn"
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
             state.outcome.rerank_embedder = self.time_tier.name
             frame = list(hits)
@@ -194,15 +220,26 @@ class Cascade:
                 state, frame, self.time_tier.run(request, hits, signals.time_plan)
             )
         if route.tier == HEAVY:
+            m = route.candidates
             if signals.selection is not None:
-                hits = selection_order(hits, signals.selection)
-            ranked = self._heavy(state, request, hits, route.candidates)
-            return (
-                self._keep_unless_stronger(state, hits, ranked, route.candidates)
-                if signals.about_time
-                else ranked
-            )
+                shows = {h.video_id: v for h, v in zip(hits, signals.selection, strict=True)}
+                hits, m = selection_order(hits, signals.selection, m)
+            ranked = self._heavy(state, request, hits, m)
+            if signals.selection is not None and self.frame_weight:
+                ranked = self._with_frame_evidence(ranked, shows)
+            return self._keep_unless_stronger(state, hits, ranked, m) if signals.about_time else ranked
         return hits
+
+    def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
+        """Each candidate the head read scores s = q · z_T + ``frame_weight`` · (max_c q_sel · f_c +
+        max_c q · f_c): the head reads how its moments change, the frame bank whether they show the
+        events the query names at all (module docstring); one score space for the candidates the head
+        read."""
+        name = self.reranker.name
+        for hit in ranked:
+            if hit.tier == name:
+                hit.score += self.frame_weight * (shows[hit.video_id] + (hit.frame_score or 0.0))
+        return heavy_first(ranked, name)
 
     def _keep_unless_stronger(
         self, state: SearchState, frame: list[Hit], ranked: list[Hit], m: int
@@ -262,14 +299,17 @@ class Cascade:
         return heavy_first(top, tier.name) + rest
 
 
-def selection_order(hits: list[Hit], scores) -> list[Hit]:
-    """The frame tier's first, then the rest by ``scores`` (per hit: its frame score under the selection
-    query): the head reads the first few, the frame tier's first among them, so that its evidence is
-    weighed against the head's."""
-    if len(hits) < 2:
-        return hits
-    rest = sorted(range(1, len(hits)), key=lambda k: (-scores[k], hits[k].stage1_rank))
-    return [hits[0]] + [hits[k] for k in rest]
+def selection_order(hits: list[Hit], scores, m: int) -> tuple[list[Hit], int]:
+    """The hits the head reads first and how many: the ``m`` best by ``scores`` (per hit, in the frame
+    tier's order: its frame score under the selection query) and the frame tier's first (q's) where
+    it is not among them, so that its evidence is weighed against the head's; then the rest by
+    ``scores``."""
+    best = sorted(range(len(hits)), key=lambda k: (-scores[k], hits[k].stage1_rank))
+    read = best[:m]
+    if hits and 0 not in read:
+        read = [0] + read
+    rest = [k for k in best if k not in read]
+    return [hits[k] for k in read + rest], len(read)
 
 
 def heavy_first(hits: list[Hit], name: str) -> list[Hit]:

@@ -149,6 +149,7 @@ class Searcher:
             tie_margin=config.tie_margin,
             head_candidates=config.head_candidates,
             keep_margin=config.keep_margin,
+            frame_weight=config.head_frame_weight,
             shown=self._shows_every_event,
         )
 
@@ -245,6 +246,7 @@ class Searcher:
         both = p.sources == Sources.BOTH and getattr(self.index, "has_cues", False)
         state.seen_text, state.said_text = split_clues(p.query) if both else (p.query, p.query)
         self.stage1.embed_query(state)
+        self.cascade.read_query(state)  # about time? (the router), once for every window of the page
         if not self.stage1.apply_filter(state):
             return state.finish()
         self._page(state, fusion)

@@ -4,6 +4,14 @@
     allowed = the ids a metadata filter selects (optional)                 (filter)
     the FAISS top offset + R + 1 by q·v_j within the filter, cut to R      (faiss)
 
+A query the rerank head's router calls about time (engine.search.cascade.Cascade.read_query) is
+shortlisted by q and by its selection query q_sel (where its events show: models.router) together:
+the first R distinct videos of the two FAISS rankings taken in turn (q's first, q_sel's first, q's
+second, ...). A motion text's embedding lies far from its event's stills, so its own video is often
+outside q's first R (on development seed 0 of benchmarks/bench_quality.py, 8 of 12 motion queries
+had it in q's first 10, 9 in q_sel's, 10 in the two taken in turn; order, count and single-event
+queries lost none). Every hit's ``stage1_score`` is q·v_j.
+
 A search that goes on to stage 2 embeds its text query in a backbone call shared with other
 searches' queries (the batcher, when there is one: its wait is booked as ``query_queue``); a
 stage-1-only search (the light lane) or an image query embeds its own.
@@ -12,6 +20,7 @@ stage-1-only search (the light lane) or an image query embeds its own.
 from __future__ import annotations
 
 import threading
+from itertools import zip_longest
 
 from core.config import SearchMode
 from engine.errors import InvalidRequest
@@ -70,10 +79,11 @@ class Stage1:
         p = state.params
         with state.clock.stage("faiss"):
             # this page's window of the ranking, and one more to know whether another page follows
+            k = p.offset + p.shortlist + 1
             with self._faiss_lock:
-                found = self.index.search(state.q_np, p.offset + p.shortlist + 1, allowed_ids=state.allowed)[
-                    0
-                ]
+                found = self.index.search(state.q_np, k, allowed_ids=state.allowed)[0]
+                if state.select_q is not None:
+                    found = self._in_turn(state, found, k)
         state.outcome.more = len(found) > p.offset + p.shortlist
         state.shown = [v for v, _ in found[: p.offset]]
         window = list(enumerate(found, start=1))[p.offset : p.offset + p.shortlist]
@@ -87,3 +97,20 @@ class Stage1:
             )
             for rank, (v, s) in window
         ]
+
+    def _in_turn(self, state: SearchState, found: list, k: int) -> list:
+        """The first ``k`` distinct videos of q's ranking ``found`` and q_sel's, taken in turn (module
+        docstring), each with its score under q."""
+        sel = state.select_q.numpy().astype("float32")[None]
+        by_sel = self.index.search(sel, k, allowed_ids=state.allowed)[0]
+        score = dict(found)
+        order: list[str] = []
+        for pair in zip_longest(found, by_sel):
+            for item in pair:
+                if item is not None and item[0] not in order:
+                    order.append(item[0])
+        order = order[:k]
+        missing = [v for v in order if v not in score]
+        if missing:  # q_sel's finds, scored by q (one score space for stage 1)
+            score.update(self.index.search(state.q_np, len(missing), allowed_ids=set(missing))[0])
+        return [(v, score.get(v, float("-inf"))) for v in order]

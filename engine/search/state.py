@@ -38,6 +38,10 @@ class SearchState:
     spoken_only: list[Hit] = field(default_factory=list)  # its spoken window outside the visual one
     on_update: Callable[[list[Hit]], None] | None = None  # progressive results (the stream)
     q_np: np.ndarray | None = None  # ``q`` as float32 numpy [1, d]
+    # a query about time (engine.search.cascade.Cascade.read_query): the router's probability, and where
+    # it calls the query about time, the selection query q_sel [d] that stage 1 and selection look with
+    about_time: float | None = None
+    select_q: torch.Tensor | None = None
 
     @classmethod
     def begin(

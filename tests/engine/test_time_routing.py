@@ -105,3 +105,37 @@ def test_single_event_queries_stay_on_the_frame_tier(collection):
         out = engine.search_sync({"query": query, "top_k": 3})
         assert {h.tier for h in out.hits} <= {"frame"}, (query, out.route)
         assert meaning_of(corpus.by_id()[right]).true_of(corpus.by_id()[out.hits[0].video_id])
+
+
+def test_a_query_about_time_is_shortlisted_by_the_query_and_its_selection_query_in_turn(collection):
+    """Stage 1 (engine.search.stage1): a query the router calls about time takes q's first, q_sel's
+    first, q's second, ... (distinct) as its R candidates, each scored by q; a single-event query the
+    router does not call about time keeps q's first R."""
+    import numpy as np
+
+    corpus, engine = collection
+    router = engine.searcher.cascade.router
+    r = 4
+    seen_selection = False
+    for kind in ("motion", "single"):
+        for query, _ in corpus.queries(kind):
+            q = engine.encoder.embed_queries([query]).float()[0]
+            by_q = engine.index.search(q.numpy()[None].astype(np.float32), len(corpus.videos))[0]
+            out = engine.search_sync({"query": query, "shortlist": r, "top_k": r})
+            got = {h.video_id: h.stage1_score for h in out.hits}
+            want = [v for v, _ in by_q[:r]]
+            if router.probability(q) >= router.threshold:
+                q_sel = router.selection(q).numpy()[None].astype(np.float32)
+                by_sel = [v for v, _ in engine.index.search(q_sel, r)[0]]
+                turns = []
+                for video in (v for pair in zip(want, by_sel, strict=True) for v in pair):
+                    if video not in turns:
+                        turns.append(video)
+                want = turns[:r]
+                seen_selection = seen_selection or set(want) != {v for v, _ in by_q[:r]}
+                assert "selection query in turn" in out.route, (query, out.route)
+            assert set(got) == set(want), (query, out.route)
+            scores = dict(by_q)
+            for video, score in got.items():  # one score space: q · v_j
+                assert score == pytest.approx(scores[video], abs=1e-5)
+    assert seen_selection  # some motion query's shortlist holds a video q's first R miss
