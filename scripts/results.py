@@ -407,11 +407,13 @@ def results_page() -> str:
         intro = [
             "The QASLR rerank head that reads moments (`training/tiny_world/rerank_head/`, the run named "
             f"`{', '.join(served['args'].get('rerank_head', []))}` here, the same bytes) with its router and selection "
-            "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0). *cascade, the "
+            "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0, the serving "
+            "constants `tie_margin`, `keep_margin` and `head_frame_weight` on bench seeds 0 and 4). *cascade, the "
             "default, head* is what the server serves by default with the shapes-world checkpoint: the time head "
             "for the order and count queries its parser reads, the rerank head for the other queries its router "
-            "calls about time, the frame tier for the rest; *head on all R* runs the head on every candidate of "
-            "every query.",
+            "calls about time, the frame tier for the rest; *head's score alone* ranks what the head read by "
+            "q · z_T alone (`head_frame_weight` 0: without the frame bank's evidence that the query's events "
+            "show); *head on all R* runs the head on every candidate of every query.",
             "",
         ]
         out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", TIME_COLUMNS,
@@ -533,18 +535,36 @@ def readme_block() -> str:
             "top 3 when its first two scores lay within 0.05. Single-event queries now stop at the frame tier; the "
             "table below measures today's default.)",
         ]
-    timed = _load("time_tier.json")
+    # queries about time: the measurement of what the server serves today (the rerank head beside the
+    # time head) where there is one, else the time tier's
+    served = _load("rerank_head.json")
+    timed = served or _load("time_tier.json")
     if timed:
         args = timed.get("args", {})
+        modes = None
+        if served:  # one row per reading: the checkpoint's own head (the --rerank-head run repeats it)
+            labels = [name.rpartition("=")[0] for name in args.get("rerank_head", [])]
+            labels = [label for label in labels if label != "shipped"]
+            named = tuple(f"{sep}{label})" for label in labels if label for sep in ("(", ", "))
+            rows = mode_names(timed["per_seed"])
+            if any(m.endswith("(shipped)") for m in rows):
+                modes = tuple(m for m in rows if not named or not m.endswith(named))
         more += [
             "",
             f"Queries about time, 2-5 min videos, a seed: {args.get('motion_pairs')} reversal pairs (motion and "
             f"change), {args.get('order_pairs')} mirror pairs (order), {args.get('count_pairs')} once / twice and "
             f"{args.get('count3_pairs')} twice / three-times pairs (count); *pair*: within its pair (chance 50 %), "
             "*Hit@1*: over the whole collection; *single*: one-event queries "
-            "(docs/results.md says more):",
+            "(docs/results.md says more)"
+            + (
+                "; *cascade, the default, head (shipped)* is what the server serves by default with the "
+                "shapes-world checkpoint (the time head for the order and count queries its parser reads, the "
+                "rerank head for the other queries its router calls about time, the frame tier for the rest):"
+                if served
+                else ":"
+            ),
             "",
-            *_quality_table(timed, TIME_COLUMNS),
+            *_quality_table(timed, TIME_COLUMNS, modes),
         ]
     return "\n".join(
         [
