@@ -43,7 +43,14 @@ from results_cold import (
     quality_cold_warm_section,
 )
 from results_format import cell_text, environment_line, mean_std, mode_names
-from results_time import backbone_section, moment_head_section, time_recipe_section
+from results_time import (
+    backbone_section,
+    moment_head_section,
+    served_intro,
+    served_rows,
+    time_recipe_section,
+    time_table_lead,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
@@ -404,18 +411,7 @@ def results_page() -> str:
                                TIME_COLUMNS, _time_intro(timed))  # fmt: skip
     served = _load("rerank_head.json")
     if served:
-        intro = [
-            "The QASLR rerank head that reads moments (`training/tiny_world/rerank_head/`, the run named "
-            f"`{', '.join(served['args'].get('rerank_head', []))}` here, the same bytes) with its router and selection "
-            "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0, the serving "
-            "constants `tie_margin`, `keep_margin` and `head_frame_weight` on bench seeds 0 and 4). *cascade, the "
-            "default, head* is what the server serves by default with the shapes-world checkpoint: the time head "
-            "for the order and count queries its parser reads, the rerank head for the other queries its router "
-            "calls about time, the frame tier for the rest; *head's score alone* ranks what the head read by "
-            "q · z_T alone (`head_frame_weight` 0: without the frame bank's evidence that the query's events "
-            "show); *head on all R* runs the head on every candidate of every query.",
-            "",
-        ]
+        intro = served_intro(served)
         out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", TIME_COLUMNS,
                                intro + _time_intro(served))  # fmt: skip
     recipe = _load("time_head_recipe.json")
@@ -540,32 +536,8 @@ def readme_block() -> str:
     served = _load("rerank_head.json")
     timed = served or _load("time_tier.json")
     if timed:
-        args = timed.get("args", {})
-        modes = None
-        if served:  # one row per reading: the checkpoint's own head (the --rerank-head run repeats it)
-            labels = [name.rpartition("=")[0] for name in args.get("rerank_head", [])]
-            labels = [label for label in labels if label != "shipped"]
-            named = tuple(f"{sep}{label})" for label in labels if label for sep in ("(", ", "))
-            rows = mode_names(timed["per_seed"])
-            if any(m.endswith("(shipped)") for m in rows):
-                modes = tuple(m for m in rows if not named or not m.endswith(named))
-        more += [
-            "",
-            f"Queries about time, 2-5 min videos, a seed: {args.get('motion_pairs')} reversal pairs (motion and "
-            f"change), {args.get('order_pairs')} mirror pairs (order), {args.get('count_pairs')} once / twice and "
-            f"{args.get('count3_pairs')} twice / three-times pairs (count); *pair*: within its pair (chance 50 %), "
-            "*Hit@1*: over the whole collection; *single*: one-event queries "
-            "(docs/results.md says more)"
-            + (
-                "; *cascade, the default, head (shipped)* is what the server serves by default with the "
-                "shapes-world checkpoint (the time head for the order and count queries its parser reads, the "
-                "rerank head for the other queries its router calls about time, the frame tier for the rest):"
-                if served
-                else ":"
-            ),
-            "",
-            *_quality_table(timed, TIME_COLUMNS, modes),
-        ]
+        more += ["", time_table_lead(timed.get("args", {}), bool(served)), "",
+                 *_quality_table(timed, TIME_COLUMNS, served_rows(timed) if served else None)]  # fmt: skip
     return "\n".join(
         [
             START,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from results_format import environment_line, mean_std
+from results_format import environment_line, mean_std, mode_names
 
 
 def time_recipe_section(data: dict) -> list[str]:
@@ -203,3 +203,48 @@ def moment_head_section(data: dict) -> list[str]:
             cells = [f"{100 * frame[k]:.1f}" if isinstance(frame.get(k), float) else "–" for k, _ in kinds]
             out.append("| frame tier (last seed's split) | " + " | ".join(cells) + " |")
     return out + [""]
+
+
+def served_intro(served: dict) -> list[str]:
+    """docs/results.md's words before the table of the served rerank head's run (rerank_head.json)."""
+    runs = ", ".join(served["args"].get("rerank_head", []))
+    return [
+        "The QASLR rerank head that reads moments (`training/tiny_world/rerank_head/`, the run named "
+        f"`{runs}` here, the same bytes) with its router and selection "
+        "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0, the serving "
+        "constants `tie_margin`, `keep_margin` and `head_frame_weight` on bench seeds 0 and 4). *cascade, the "
+        "default, head* is what the server serves by default with the shapes-world checkpoint: the time head "
+        "for the order and count queries its parser reads, the rerank head for the other queries its router "
+        "calls about time, the frame tier for the rest; *head's score alone* ranks what the head read by "
+        "q · z_T alone (`head_frame_weight` 0: without the frame bank's evidence that the query's events "
+        "show); *head on all R* runs the head on every candidate of every query.",
+        "",
+    ]
+
+
+def served_rows(data: dict) -> tuple[str, ...] | None:
+    """The rows of a served-head run the README shows: the checkpoint's own head once (a ``--rerank-head``
+    run of the same bytes repeats it under its label); None: every row."""
+    labels = [name.rpartition("=")[0] for name in data.get("args", {}).get("rerank_head", [])]
+    named = tuple(f"{sep}{label})" for label in labels if label and label != "shipped" for sep in ("(", ", "))
+    rows = mode_names(data["per_seed"])
+    if not named or not any(m.endswith("(shipped)") for m in rows):
+        return None
+    return tuple(m for m in rows if not m.endswith(named))
+
+
+def time_table_lead(args: dict, served: bool) -> str:
+    """The README's sentence before its table of queries about time."""
+    lead = (
+        f"Queries about time, 2-5 min videos, a seed: {args.get('motion_pairs')} reversal pairs (motion and "
+        f"change), {args.get('order_pairs')} mirror pairs (order), {args.get('count_pairs')} once / twice and "
+        f"{args.get('count3_pairs')} twice / three-times pairs (count); *pair*: within its pair (chance 50 %), "
+        "*Hit@1*: over the whole collection; *single*: one-event queries (docs/results.md says more)"
+    )
+    if not served:
+        return lead + ":"
+    return lead + (
+        "; *cascade, the default, head (shipped)* is what the server serves by default with the "
+        "shapes-world checkpoint (the time head for the order and count queries its parser reads, the "
+        "rerank head for the other queries its router calls about time, the frame tier for the rest):"
+    )
