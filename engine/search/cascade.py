@@ -29,9 +29,9 @@ query's text, and each candidate it read ranks by
     s = q · z_T + head_frame_weight · (max_c q_sel · f_c + max_c q · f_c)
 
 (its reading of how the moments change, plus whether the frames show the events the query names at
-all, by its selection query and by itself: alone, the head put a static yellow triangle first for "a
-yellow triangle moves to the right" on development seed 0; weighed by q_sel's frames alone, a sentence
-the router misreads, "after some grey frames an orange square shows up", found an orange circle). The router is learned (a
+all, by its selection query and by itself: alone, the head put a moving yellow triangle first for "a
+cyan circle moves down" on development seed 0; weighed by q_sel's frames alone, a sentence the router
+misreads, "after some grey frames an orange square shows up", found an orange circle). The router is learned (a
 logistic regression on q, trained with the head: training.moment_head). The time head's parse
 (models.time_head, a template) routes the order and count queries it reads, and its ranking stands
 only where its evidence is stronger: where its first differs from the frame tier's, the time
