@@ -171,7 +171,8 @@ SETTINGS: tuple[Setting, ...] = (
             "stands, and the answer says so).", SEARCH, bounds={"ge": 0, "le": 2}),
     Setting("head_frame_weight", float, DEFAULT_HEAD_FRAME_WEIGHT, "... and each candidate the head read "
             "scores its own score plus this times its best frame's cosine with the query's selection query and "
-            "with the query (whether the events the query names show at all; 0 = the head's score alone).", SEARCH,
+            "with the query (whether the events the query names show at all), where the router ships a selection "
+            "query; 0 = the head's score alone.", SEARCH,
             bounds={"ge": 0, "le": 10}),
     Setting("refine_moments", int, DEFAULT_REFINE_MOMENTS, "Results whose moments are refined at the source's "
             "frame rate (0 = bank resolution only).", SEARCH, bounds={"ge": 0}),

@@ -103,14 +103,10 @@ class Stage1:
         docstring), each with its score under q."""
         sel = state.select_q.numpy().astype("float32")[None]
         by_sel = self.index.search(sel, k, allowed_ids=state.allowed)[0]
+        turns = (item[0] for pair in zip_longest(found, by_sel) for item in pair if item is not None)
+        order = list(dict.fromkeys(turns))[:k]  # distinct, in turn
         score = dict(found)
-        order: list[str] = []
-        for pair in zip_longest(found, by_sel):
-            for item in pair:
-                if item is not None and item[0] not in order:
-                    order.append(item[0])
-        order = order[:k]
         missing = [v for v in order if v not in score]
         if missing:  # q_sel's finds, scored by q (one score space for stage 1)
             score.update(self.index.search(state.q_np, len(missing), allowed_ids=set(missing))[0])
-        return [(v, score.get(v, float("-inf"))) for v in order]
+        return [(v, score.get(v, float("-inf"))) for v in order]  # -inf: an approximate index missed it
