@@ -63,3 +63,21 @@ def test_the_ready_line_waits_for_readyz(capsys):
         assert done == [True] and "try: now" in capsys.readouterr().out
     finally:
         server.shutdown()
+
+
+def test_a_port_already_taken_is_refused_before_any_work(tmp_path):
+    """An earlier demo still serving on the port: the second says so and exits 2 before it renders or
+    indexes anything (it used to build, print the earlier server's ready line, then fail to bind)."""
+    import socket
+    import sys
+
+    port = free_port()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        qaslr = str(Path(sys.executable).parent / "qaslr")
+        done = subprocess.run([qaslr, "demo", "--workdir", str(tmp_path / "demo"), "--port", str(port)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot serve on 127.0.0.1:{port}" in done.stderr and "--port" in done.stderr
+    assert "ready" not in done.stdout and not (tmp_path / "demo").exists()

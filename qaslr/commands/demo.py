@@ -138,6 +138,24 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.videos <= 32:
         logger.error("--videos must be between 1 and 32 (the sample events are distinct)")
         return 2
+    from service.settings import Settings
+
+    overrides: dict = {k: v for k, v in (("host", args.host), ("port", args.port)) if v}
+    settings = Settings(**overrides)
+    if not args.no_serve:  # refused before any work: who may reach the server, and its port
+        from service.auth import unprotected_problem
+
+        problem = unprotected_problem(settings)  # as `qaslr serve`: no keyless server beyond loopback
+        if problem:
+            logger.error("%s", problem)
+            return 2
+        taken = port_in_use(settings.host, settings.port)
+        if taken:
+            logger.error(
+                "cannot serve on %s:%s (%s): is an earlier demo or server still running? Stop it, or "
+                "choose another port with --port", settings.host, settings.port, taken,
+            )  # fmt: skip
+            return 2
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     requested = args.model or os.environ.get("QASLR_MODEL") or "Qwen/Qwen3-VL-Embedding-2B"
@@ -156,20 +174,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from service.app import serve
-    from service.settings import Settings
 
-    overrides: dict = {"index": index, "model": model, "head": head}
-    if args.host:
-        overrides["host"] = args.host
-    if args.port:
-        overrides["port"] = args.port
-    settings = Settings(**overrides)
-    from service.auth import unprotected_problem
-
-    problem = unprotected_problem(settings)  # as `qaslr serve`: no keyless server beyond loopback
-    if problem:
-        logger.error("%s", problem)
-        return 2
+    settings = Settings(**overrides, index=index, model=model, head=head)
     url = f"http://{settings.host}:{settings.port}"
     print(f"\nstarting the server for {index} on {url} (loading the model) ...", flush=True)
     lines = [f"ready: serving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
@@ -189,6 +195,25 @@ def run(args: argparse.Namespace) -> int:
     threading.Thread(target=announce_when_ready, args=(url, "\n".join(lines) + "\n"), daemon=True).start()
     serve(settings)
     return 0
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host``:``port`` cannot be bound now (None when it can): a second demo on a port that an
+    earlier one still holds would otherwise announce the earlier server as ready, then fail to bind."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def announce_when_ready(url: str, text: str, *, timeout_s: float = 3600.0, poll_s: float = 0.5) -> bool:
