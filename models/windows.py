@@ -10,6 +10,8 @@ candidate's relevant moments, in time order:
              frames around p whose relevance lies above  median(r) + level * (r_p - median(r)),
              at most ``frames`` long, widened by ``margin`` frames of context on each side
              (a window keeps one frame clear of the others)                      (Eq. 2: I(V, c))
+    each window read densely: ``reads`` source frames evenly from its first to its last bank frame,
+             at the source's own rate, each with the frame ``pair_s`` after it  (Eq. 2: dense)
     the windows in chronological order; each window is one clip C_t              (Eq. 3: clips)
 
 so the head streams T = W clips, one moment each, in the order they happened: the frames of a moving
@@ -48,6 +50,11 @@ class WindowPlan:
     # groups frames in temporal pairs (Qwen3-VL's temporal patch of 2), so a pair a moment apart
     # shows how things move within one patch (``window_reads``)
     pair_s: float = 0.0
+    # 0: a window reads its bank frames; N: N source frames evenly from its first to its last bank
+    # frame (``window_reads``). A bank of about one frame a second cuts a 3-6 s change into a few
+    # frames, and a window of them often holds one end of it (the end where the shape is largest, or
+    # matches the query best); N frames spread over the whole run show the change from end to end
+    reads: int = 0
 
     def __post_init__(self) -> None:
         if (
@@ -56,6 +63,8 @@ class WindowPlan:
             or self.margin < 0
             or not 0.0 <= self.level < 1.0
             or self.pair_s < 0
+            or self.reads < 0
+            or self.reads == 1
         ):
             raise ValueError(f"invalid window plan {self}")
 
@@ -64,7 +73,7 @@ class WindowPlan:
 
     @classmethod
     def from_dict(cls, data: dict) -> WindowPlan:
-        return cls(**data)
+        return cls(**data)  # a plan recorded before ``reads`` existed reads its bank frames (0)
 
 
 def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarray]:
@@ -110,35 +119,45 @@ def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarra
     return sorted(windows, key=lambda w: int(w[0]))
 
 
-# Bank frames in a moment a one-shot stage 2 reads as temporal pairs (``moment_plan``): the motion
-# recipe trains clips of 2-4 temporal pairs. Chosen on development seed 0 with the shipped weights
-# (benchmarks/bench_quality.py --oneshot-moments 1, 24 motion queries within their pair: 4 frames
-# 79.2 %, 8 frames 70.8 %); reported on seeds 1-3 (docs/bench/motion_moments_sentences.json).
-MOTION_WINDOW_FRAMES = 4
+# How a moment is read to see motion (``moment_plan``): the run of at most MOTION_WINDOW_FRAMES bank
+# frames above the floor, no context frames, read as MOTION_WINDOW_READS temporal pairs spread from
+# its first to its last frame (the motion recipe trains clips of 2-4 temporal pairs over an event).
+# Chosen on development seeds 0, 4, 5 and 6 of benchmarks/bench_quality.py's time collections with the
+# shipped weights, one-shot reading one moment of each video of a reversal pair (training/tiny_world/
+# README.md, "Reading a whole moment"); the plan before (at most 4 bank frames with a frame of
+# context either side, read as they are) held one end of a change as often as the whole of it.
+MOTION_WINDOW_FRAMES = 8
+MOTION_WINDOW_READS = 4
 
 
 def moment_plan(moments: int) -> WindowPlan | None:
-    """The window plan of a one-shot stage 2 that reads each candidate's top ``moments`` moments as
-    temporal pairs ``MOTION_PAIR_S`` apart, at most ``MOTION_WINDOW_FRAMES`` bank frames each (None
-    for 0: Q-Frame's K' frames)."""
+    """The window plan that reads each candidate's top ``moments`` moments to see motion: each the
+    run of at most ``MOTION_WINDOW_FRAMES`` bank frames around a relevance peak, read as
+    ``MOTION_WINDOW_READS`` temporal pairs ``MOTION_PAIR_S`` apart spread over it (None for 0:
+    Q-Frame's K' frames)."""
     if not moments:
         return None
-    return WindowPlan(windows=moments, frames=MOTION_WINDOW_FRAMES, pair_s=MOTION_PAIR_S)
+    return WindowPlan(
+        windows=moments, frames=MOTION_WINDOW_FRAMES, margin=0, pair_s=MOTION_PAIR_S, reads=MOTION_WINDOW_READS
+    )
 
 
 def window_reads(
-    windows: list[np.ndarray], frame_indices, fps: float, frame_count: int, pair_s: float = 0.0
+    windows: list[np.ndarray], frame_indices, fps: float, frame_count: int, plan: WindowPlan
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """The source frames a candidate's windows read, chronological, and each window's clip as
     positions into them: the windows' bank frames (``frame_indices`` [C] maps bank positions to
-    source frames), each followed, with ``pair_s`` > 0, by the source frame ``pair_s`` seconds later
-    (at least the next one, at most the video's last), so that every temporal pair of a clip is a
-    bank frame and a moment after it."""
+    source frames), or, with ``plan.reads`` = N, N source frames evenly from a window's first bank
+    frame to its last (rounded to the nearest source frame); each followed, with ``plan.pair_s`` > 0,
+    by the source frame ``pair_s`` seconds later (at least the next one, at most the video's last), so
+    that every temporal pair of a clip is a moment and a moment after it."""
     indices = np.asarray(frame_indices, dtype=np.int64)
-    step = max(1, round(pair_s * fps)) if pair_s > 0 else 0
+    step = max(1, round(plan.pair_s * fps)) if plan.pair_s > 0 else 0
     reads, segments, at = [], [], 0
     for window in windows:
         bank = indices[np.asarray(window, dtype=np.int64)]
+        if plan.reads and len(bank):
+            bank = np.round(np.linspace(bank[0], bank[-1], plan.reads)).astype(np.int64)
         if step:
             bank = np.stack([bank, np.minimum(bank + step, max(frame_count - 1, 0))], axis=1).reshape(-1)
         reads.append(bank)

@@ -160,7 +160,8 @@ def build_split(
 
 
 def _plan_key(plan: WindowPlan, candidates: int) -> str:
-    return f"w{plan.windows}f{plan.frames}l{plan.level:g}m{plan.margin}p{plan.pair_s:g}c{candidates}"
+    reads = f"r{plan.reads}" if plan.reads else ""  # a key from before ``reads`` still names its windows
+    return f"w{plan.windows}f{plan.frames}l{plan.level:g}m{plan.margin}p{plan.pair_s:g}{reads}c{candidates}"
 
 
 def _selection_key(selection) -> str:
@@ -207,13 +208,14 @@ def _item(
 
 def window_frames(reader, record, bank, window: np.ndarray, plan: WindowPlan, frame_shape) -> tuple:
     """(frames [n, h, w, 3], source frame indices [n]) of one window as serving reads them
-    (engine.frames): its bank frames from the index's frame store, its pair frames (``plan.pair_s``)
-    decoded from the source at the working size ``frame_shape`` (w, h)."""
+    (engine.frames): the frames the index's frame store holds from there (bank frames), the others
+    (``plan.reads`` spread over the window, their pair frames ``plan.pair_s`` later) decoded from the
+    source at the working size ``frame_shape`` (w, h)."""
     from indexer.video import decode_frames
     from models.windows import window_reads
 
     read, _ = window_reads(
-        [window], bank.frame_indices, float(record.fps), int(record.num_frames), plan.pair_s
+        [window], bank.frame_indices, float(record.fps), int(record.num_frames), plan
     )
     rows = reader.stored_rows(record.id, read)
     frames: list = [None] * len(read)

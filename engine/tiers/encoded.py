@@ -100,7 +100,7 @@ class EncodeTier(Tier):
         windows = moment_windows(relevance, plan)
         record = hit.record
         read, segments = window_reads(
-            windows, bank.frame_indices, float(record.fps), int(record.num_frames), plan.pair_s
+            windows, bank.frame_indices, float(record.fps), int(record.num_frames), plan
         )
         pos = np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
         return Selection(read, pos, bank, relevance, segments)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.head import StreamingHeadConfig, create_head, load_head, save_head
-from models.windows import WindowPlan, moment_windows
+from models.windows import MOTION_PAIR_S, WindowPlan, moment_plan, moment_windows, window_reads
 
 
 def _relevance(n=60, peaks=(), base=0.1, seed=0):
@@ -48,7 +48,39 @@ def test_a_short_bank_gives_what_it_has():
     assert sum(len(w) for w in windows) <= 3 and all(len(w) >= 1 for w in windows)
 
 
-@pytest.mark.parametrize("bad", [dict(windows=0), dict(frames=1), dict(level=1.0), dict(margin=-1)])
+def test_a_window_read_densely_spans_its_whole_run():
+    # a bank of one frame a second over a 10 fps video: bank position i is source frame 10 i
+    bank = np.arange(0, 600, 10)
+    window = np.arange(20, 26)  # six bank frames, 20 s to 25 s
+    read, segments = window_reads([window], bank, 10.0, 600, WindowPlan(frames=8, margin=0, pair_s=0.2, reads=4))
+    # four reads from the first bank frame to the last, each with the frame 0.2 s (2 frames) after it
+    assert read.tolist() == [200, 202, 217, 219, 233, 235, 250, 252]
+    assert [s.tolist() for s in segments] == [list(range(8))]
+    # without reads a window reads its bank frames, each with its pair frame
+    read, _ = window_reads([window[:2]], bank, 10.0, 600, WindowPlan(frames=8, pair_s=0.2))
+    assert read.tolist() == [200, 202, 210, 212]
+    # the video's last frame bounds a pair frame
+    read, _ = window_reads([np.array([58, 59])], bank, 10.0, 591, WindowPlan(pair_s=0.2, reads=2))
+    assert read.tolist() == [580, 582, 590, 590]
+
+
+def test_the_motion_plan_reads_the_whole_change_not_one_end():
+    # a change whose relevance rises toward one end (a shape that grows): the plan's window covers the
+    # run above the floor, and its reads reach both ends of it
+    r = np.full(60, 0.1)
+    r[30:36] = [0.40, 0.45, 0.50, 0.55, 0.60, 0.65]
+    plan = moment_plan(1)
+    assert plan.reads and plan.pair_s == MOTION_PAIR_S and plan.margin == 0
+    (window,) = moment_windows(r, plan)
+    assert (int(window[0]), int(window[-1])) == (30, 35)
+    read, _ = window_reads([window], np.arange(60) * 4, 4.0, 240, plan)
+    assert read[0] == 120 and read[-2] == 140  # the first bank frame of the run and its last
+    assert moment_plan(0) is None
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(windows=0), dict(frames=1), dict(level=1.0), dict(margin=-1), dict(reads=1), dict(reads=-2)]
+)
 def test_a_window_plan_refuses_what_cannot_work(bad):
     with pytest.raises(ValueError):
         WindowPlan(**bad)
