@@ -211,8 +211,9 @@ def served_intro(served: dict) -> list[str]:
     return [
         "The QASLR rerank head that reads moments (`training/tiny_world/rerank_head/`, the run named "
         f"`{runs}` here, the same bytes) with its router and selection "
-        "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0, the serving "
-        "constants `tie_margin`, `keep_margin` and `head_frame_weight` on bench seeds 0 and 4). *cascade, the "
+        "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0, how a moment is "
+        "read on bench seeds 0, 4 and 5, the serving constants `tie_margin`, `keep_margin` and "
+        "`head_frame_weight` on bench seeds 0 and 4). *cascade, the "
         "default, head* is what the server serves by default with the shapes-world checkpoint: the time head "
         "for the order and count queries its parser reads, the rerank head for the other queries its router "
         "calls about time, the frame tier for the rest; *head's score alone* ranks what the head read by "

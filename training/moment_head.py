@@ -62,8 +62,8 @@ class MomentRecipe:
         )
     )  # fmt: skip
     candidates: int = 6
-    # each candidate's moments read as temporal pairs, as the motion recipe trains clips and one-shot
-    # reads moments (models.windows.moment_plan)
+    # each candidate's moments read whole, as temporal pairs spread over each run above its floor, as
+    # the motion recipe trains clips and one-shot reads moments (models.windows.moment_plan)
     windows: WindowPlan = field(default_factory=lambda: moment_plan(4))
     think_tokens: int = 8
     heads: int = 4
