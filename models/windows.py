@@ -138,7 +138,11 @@ def moment_plan(moments: int) -> WindowPlan | None:
     if not moments:
         return None
     return WindowPlan(
-        windows=moments, frames=MOTION_WINDOW_FRAMES, margin=0, pair_s=MOTION_PAIR_S, reads=MOTION_WINDOW_READS
+        windows=moments,
+        frames=MOTION_WINDOW_FRAMES,
+        margin=0,
+        pair_s=MOTION_PAIR_S,
+        reads=MOTION_WINDOW_READS,
     )
 
 

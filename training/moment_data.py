@@ -214,9 +214,7 @@ def window_frames(reader, record, bank, window: np.ndarray, plan: WindowPlan, fr
     from indexer.video import decode_frames
     from models.windows import window_reads
 
-    read, _ = window_reads(
-        [window], bank.frame_indices, float(record.fps), int(record.num_frames), plan
-    )
+    read, _ = window_reads([window], bank.frame_indices, float(record.fps), int(record.num_frames), plan)
     rows = reader.stored_rows(record.id, read)
     frames: list = [None] * len(read)
     for j, row in enumerate(rows):

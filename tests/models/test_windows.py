@@ -52,7 +52,9 @@ def test_a_window_read_densely_spans_its_whole_run():
     # a bank of one frame a second over a 10 fps video: bank position i is source frame 10 i
     bank = np.arange(0, 600, 10)
     window = np.arange(20, 26)  # six bank frames, 20 s to 25 s
-    read, segments = window_reads([window], bank, 10.0, 600, WindowPlan(frames=8, margin=0, pair_s=0.2, reads=4))
+    read, segments = window_reads(
+        [window], bank, 10.0, 600, WindowPlan(frames=8, margin=0, pair_s=0.2, reads=4)
+    )
     # four reads from the first bank frame to the last, each with the frame 0.2 s (2 frames) after it
     assert read.tolist() == [200, 202, 217, 219, 233, 235, 250, 252]
     assert [s.tolist() for s in segments] == [list(range(8))]
