@@ -12,8 +12,8 @@ controls and the Table 6 partial readouts. OUT holds the head (head_config.json,
 its router (router.json: which queries are about time), its selection query (selection.safetensors)
 and training.json (the recipes, the time they took, the measurements). A checkpoint's rerank_head/
 folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. On 2 cores the data takes
-about 20 minutes the first time (rendering and indexing; 5 minutes once cached) and training 20
-epochs 5-10 minutes. The shapes-world checkpoint ships the head it trains: what it learns, and where
+about 16-20 minutes the first time (rendering, indexing and reading every candidate's moments; 5
+minutes once cached) and training 20 epochs 4-10 minutes. The shapes-world checkpoint ships the head it trains: what it learns, and where
 it falls short, is in training/tiny_world/README.md ("The rerank head")."""
 
 from __future__ import annotations
