@@ -201,10 +201,11 @@ SETTINGS: tuple[Setting, ...] = (
             "candidate's stream at the first step whose gate probability reaches this; unset = full "
             "streaming unless a request asks.", SEARCH, bounds={"gt": 0, "le": 1}),
     Setting("exit_min_steps", int, 2, "t_min: the earliest step a candidate may exit.", SEARCH, bounds={"ge": 1}),
-    Setting("oneshot_moments", int, 0, "One-shot stage 2 reads each candidate's top N moments, each bank frame "
-            "with the source frame a moment after it (models.windows: dense around its relevance peaks, in "
-            "time order), instead of Q-Frame's K' frames: what a backbone that sees motion needs "
-            "(training/motion_recipe.py); 0 = Q-Frame.", SEARCH, bounds={"ge": 0}),
+    Setting("oneshot_moments", int, 0, "One-shot stage 2 reads each candidate's top N moments, each the run of "
+            "bank frames around a relevance peak read whole as temporal pairs (models.windows.moment_plan: a "
+            "frame and the source frame a moment after it, in time order), instead of Q-Frame's K' frames: what "
+            "a backbone that sees motion needs (training/motion_recipe.py); 0 = Q-Frame.", SEARCH,
+            bounds={"ge": 0}),
 )  # fmt: skip
 
 

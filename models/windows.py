@@ -122,7 +122,7 @@ def moment_windows(relevance, plan: WindowPlan = WindowPlan()) -> list[np.ndarra
 # How a moment is read to see motion (``moment_plan``): the run of at most MOTION_WINDOW_FRAMES bank
 # frames above the floor, no context frames, read as MOTION_WINDOW_READS temporal pairs spread from
 # its first to its last frame (the motion recipe trains clips of 2-4 temporal pairs over an event).
-# Chosen on development seeds 0, 4, 5 and 6 of benchmarks/bench_quality.py's time collections with the
+# Chosen on development seeds 0, 4 and 5 of benchmarks/bench_quality.py's time collections with the
 # shipped weights, one-shot reading one moment of each video of a reversal pair (training/tiny_world/
 # README.md, "Reading a whole moment"); the plan before (at most 4 bank frames with a frame of
 # context either side, read as they are) held one end of a change as often as the whole of it.

@@ -102,13 +102,10 @@ class CascadePolicy:
         if s.time_plan is not None:  # where it reads a query, the time head measurably wins
             return Route(TIME, shortlist, why="a query about order or count (the time head's reading)")
         if s.moments and s.about_time is not None and s.about_time >= s.router_threshold and s.ties >= 2:
-            if s.selection is not None:
-                why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
-                       f"{s.ties} candidates whose frames under the query's selection query it could not tell "
-                       "apart, and the frame tier's first")  # fmt: skip
-            else:
-                why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
-                       f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
+            read = (f"{s.ties} candidates whose frames under the query's selection query it could not tell apart, "
+                    "and the frame tier's first" if s.selection is not None
+                    else f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
+            why = f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the {read}"
             return Route(HEAVY, s.ties, why=why)
         if s.lead is not None and s.lead >= s.heavy_margin:
             return Route(None, why="the frame tier's lead settles it")

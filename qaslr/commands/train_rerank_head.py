@@ -13,8 +13,9 @@ its router (router.json: which queries are about time), its selection query (sel
 and training.json (the recipes, the time they took, the measurements). A checkpoint's rerank_head/
 folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. On 2 cores the data takes
 about 16-20 minutes the first time (rendering, indexing and reading every candidate's moments; 5
-minutes once cached) and training 20 epochs 4-10 minutes. The shapes-world checkpoint ships the head it trains: what it learns, and where
-it falls short, is in training/tiny_world/README.md ("The rerank head")."""
+minutes once cached) and training 20 epochs 4-10 minutes. The shapes-world checkpoint ships the
+head it trains: what it learns, and where it falls short, is in training/tiny_world/README.md ("The
+rerank head")."""
 
 from __future__ import annotations
 
