@@ -223,7 +223,12 @@ def test_sigterm_drains_in_flight_requests(qaslr_index, tiny_checkpoint, tiny_he
         wait_until_ready(proc, url, log.read_text, 90)
 
         def search(i: int):
-            body = {"query": QUERIES[i % len(QUERIES)], "top_k": 8, "shortlist": 8, "frames": 16, "seed": i}
+            # heavy 8: every search re-encodes its whole shortlist through the backbone, so it is still
+            # in flight when SIGTERM comes (the frame tier alone answered before the poll saw 3 waiting)
+            body = {
+                "query": QUERIES[i % len(QUERIES)], "top_k": 8, "shortlist": 8, "frames": 16, "heavy": 8,
+                "seed": i,
+            }  # fmt: skip
             try:
                 return httpx.post(f"{url}/search", json=body, timeout=120).status_code
             except httpx.HTTPError as exc:
