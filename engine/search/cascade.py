@@ -21,7 +21,7 @@ that applies wins:
 
 Where the router ships a selection query (models.router.SelectionQuery: q_sel, where a query about
 time's events show), a query it calls about time is read by q_sel (:meth:`Cascade.read_query`, once,
-before stage 1): stage 1 shortlists by q and q_sel in turn (engine.search.stage1); the tie is
+before stage 1): stage 1 shortlists by q and by q_sel's best bank frames in turn (engine.search.stage1); the tie is
 measured on q_sel's frame scores; the head reads the candidates q_sel scores highest and the frame
 tier's first, and each one's moments are cut from q_sel · f_c; the head scores with q and the
 query's text, and each candidate it read ranks by
@@ -137,6 +137,12 @@ class Cascade:
         still go to the time head beside it."""
         return self.reranker.streaming and self.reranker.window_plan is not None
 
+    @property
+    def selects(self) -> bool:
+        """Whether a query about time gets a selection query (q_sel) here: stage 1 then shortlists by
+        it too (engine.search.stage1)."""
+        return self.moments and self.router is not None and self.router.selection is not None
+
     def heavy_tier(self, frames: int):
         """The heavy tier for a request of ``frames`` = K': the streaming head's, unless K' <= L
         (§3.1: short inputs keep the backbone's own pathway), which goes one-shot for every candidate;
@@ -169,7 +175,11 @@ class Cascade:
         by its selection query too: engine.search.stage1): the router's probability
         (``state.about_time``) where a head that reads moments serves a text query in rerank mode with
         a heavy budget, and, where the router calls it about time and ships a selection query, q_sel
-        (``state.select_q``)."""
+        (``state.select_q``), and whether stage 1 ranks the frame banks by it too
+        (``state.select_frames``): not for a query the time head reads (an order or a count: its route
+        comes first), where a shortlist widened by q_sel's best frames let the frame tier put a video
+        of grey haystack first for "a white triangle appears before the screen goes grey"
+        (tests/engine/test_time_routing.py)."""
         p = state.params
         if (p.mode != SearchMode.RERANK or not p.heavy or not self.moments or self.router is None
                 or p.image is not None or state.seen_text is None):  # fmt: skip
@@ -177,6 +187,7 @@ class Cascade:
         state.about_time = self.router.probability(state.q[0])
         if state.about_time >= self.router.threshold and self.router.selection is not None:
             state.select_q = self.router.selection(state.q[0])
+            state.select_frames = self.time_tier is None or self.time_tier.plan(state.seen_text) is None
 
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
@@ -214,7 +225,11 @@ class Cascade:
         route = self.policy.route(signals, len(hits))
         state.outcome.route = route.why
         if state.select_q is not None:
-            state.outcome.route += "; stage 1 shortlisted by the query and its selection query in turn"
+            state.outcome.route += (
+                "; stage 1 shortlisted by the query and its selection query"
+                + ("'s videos and best frames" if state.select_frames else "")
+                + " in turn"
+            )
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
             state.outcome.rerank_embedder = self.time_tier.name
             frame = list(hits)

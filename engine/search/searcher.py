@@ -104,6 +104,8 @@ class Searcher:
         )
         self.cascade = self._cascade(rerank_encoder or encoder, oneshot_encoder, gate, time_head, router)
         self.stage1 = Stage1(encoder, index, batcher=batcher)
+        if self.cascade.selects and hasattr(index, "frame_scan"):
+            index.frame_scan()  # stage 1 of a query about time scans every bank: read them now, not in a search
         if batcher is not None:
             serialize_processor(getattr(encoder, "backbone", None))
         backbone = getattr(encoder, "backbone", None)

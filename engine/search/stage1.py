@@ -6,11 +6,16 @@
 
 A query the rerank head's router calls about time (engine.search.cascade.Cascade.read_query) is
 shortlisted by q and by its selection query q_sel (where its events show: models.router) together:
-the first R distinct videos of the two FAISS rankings taken in turn (q's first, q_sel's first, q's
-second, ...). A motion text's embedding lies far from its event's stills, so its own video is often
-outside q's first R (on development seed 0 of benchmarks/bench_quality.py, 8 of 12 motion queries
-had it in q's first 10, 9 in q_sel's, 10 in the two taken in turn; order, count and single-event
-queries lost none). Every hit's ``stage1_score`` is q·v_j.
+the first R distinct videos of its rankings taken in turn (q's first, q_sel's first, q's second,
+...): q's and q_sel's FAISS rankings and, for a query the streaming head reads (not an order or a
+count the time head reads: ``select_frames``), every video ranked by its best bank frame under
+q_sel, max_c q_sel · f_c (indexer.store.frame_scan). A motion text's embedding lies far from its
+event's stills, so its own video is often outside q's first R; and the event is a few seconds of a
+2-5 min video, which one vector per video blurs. On development seeds 0, 4 and 5 of
+benchmarks/bench_quality.py (36 motion queries, R = 10), the right video was in the shortlist of
+q's and q_sel's FAISS rankings 28 times, with q_sel's best frames too 33 (q and the best frames
+alone, 33); the first result was right 16 / 17 / 16 times: what stage 2 does with the shortlist
+decides more than its recall now. Every hit's ``stage1_score`` is q·v_j.
 
 A search that goes on to stage 2 embeds its text query in a backbone call shared with other
 searches' queries (the batcher, when there is one: its wait is booked as ``query_queue``); a
@@ -99,11 +104,13 @@ class Stage1:
         ]
 
     def _in_turn(self, state: SearchState, found: list, k: int) -> list:
-        """The first ``k`` distinct videos of q's ranking ``found`` and q_sel's, taken in turn (module
-        docstring), each with its score under q."""
-        sel = state.select_q.numpy().astype("float32")[None]
-        by_sel = self.index.search(sel, k, allowed_ids=state.allowed)[0]
-        turns = (item[0] for pair in zip_longest(found, by_sel) for item in pair if item is not None)
+        """The first ``k`` distinct videos of q's ranking ``found``, q_sel's, and (``select_frames``)
+        q_sel's over the frame banks, taken in turn (module docstring), each with its score under q."""
+        sel = state.select_q.numpy().astype("float32")
+        rankings = [found, self.index.search(sel[None], k, allowed_ids=state.allowed)[0]]
+        if state.select_frames:
+            rankings.append(self.index.frame_search(sel, k, allowed_ids=state.allowed))
+        turns = (item[0] for turn in zip_longest(*rankings) for item in turn if item is not None)
         order = list(dict.fromkeys(turns))[:k]  # distinct, in turn
         score = dict(found)
         missing = [v for v in order if v not in score]

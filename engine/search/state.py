@@ -42,6 +42,9 @@ class SearchState:
     # it calls the query about time, the selection query q_sel [d] that stage 1 and selection look with
     about_time: float | None = None
     select_q: torch.Tensor | None = None
+    # ... and whether stage 1 also ranks every video by q_sel's best bank frame (a query for the
+    # streaming head: within one event; a query the time head reads keeps q's and q_sel's FAISS rankings)
+    select_frames: bool = False
 
     @classmethod
     def begin(

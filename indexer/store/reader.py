@@ -27,6 +27,7 @@ from indexer.store.format import (
     is_bank_file_name,
     read_manifest,
 )
+from indexer.store.frame_scan import FrameScan
 from indexer.store.frames import FramesFile, StoredFrameError, is_frames_file_name
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class IndexReader:
         }
         self._memmaps: dict[str, np.ndarray] = {}
         self._frames_files: dict[str, FramesFile | StoredFrameError] = {}
+        self._frame_scan: FrameScan | None = None
+        self._frame_scan_lock = threading.Lock()  # frame_bank takes self._lock: built outside it
         try:
             self._index = fx.read_faiss(self.directory / FAISS_FILE)
             if self._index.d != self.manifest.embed_dim:
@@ -156,6 +159,20 @@ class IndexReader:
             ]
             results.append(hits[:k])
         return results
+
+    def frame_search(
+        self, query: np.ndarray, k: int, *, allowed_ids: Collection[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """The first ``k`` indexed videos by their best bank frame, max_c query · f_c, as (video_id,
+        score) (indexer.store.frame_scan; every bank read into memory on first use)."""
+        return self.frame_scan().search(query, k, allowed_ids=allowed_ids)
+
+    def frame_scan(self) -> FrameScan:
+        """The index's banks as one matrix (:class:`FrameScan`), built on the first call."""
+        with self._frame_scan_lock:
+            if self._frame_scan is None:
+                self._frame_scan = FrameScan.build(self)
+            return self._frame_scan
 
     def video(self, video_id: str) -> VideoRecord | None:
         return self._records.get(video_id)

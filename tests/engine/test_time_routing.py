@@ -108,9 +108,10 @@ def test_single_event_queries_stay_on_the_frame_tier(collection):
 
 
 def test_a_query_about_time_is_shortlisted_by_the_query_and_its_selection_query_in_turn(collection):
-    """Stage 1 (engine.search.stage1): a query the router calls about time takes q's first, q_sel's
-    first, q's second, ... (distinct) as its R candidates, each scored by q; a single-event query the
-    router does not call about time keeps q's first R."""
+    """Stage 1 (engine.search.stage1): a motion query the router calls about time takes q's first,
+    q_sel's first, q_sel's first by its best bank frame, q's second, ... (distinct) as its R
+    candidates, each scored by q; a single-event query the router does not call about time keeps q's
+    first R."""
     import numpy as np
 
     corpus, engine = collection
@@ -125,15 +126,20 @@ def test_a_query_about_time_is_shortlisted_by_the_query_and_its_selection_query_
             got = {h.video_id: h.stage1_score for h in out.hits}
             want = [v for v, _ in by_q[:r]]
             if router.probability(q) >= router.threshold:
-                q_sel = router.selection(q).numpy()[None].astype(np.float32)
-                by_sel = [v for v, _ in engine.index.search(q_sel, r)[0]]
+                q_sel = router.selection(q).numpy().astype(np.float32)
+                best = {  # every video by its best bank frame under q_sel
+                    v.id: float((engine.index.frame_bank(v.id).embeddings.astype(np.float32) @ q_sel).max())
+                    for v in corpus.videos
+                }
+                by_frames = sorted(best, key=lambda v: (-best[v], v))[:r]  # equal scores by id
+                by_sel = [v for v, _ in engine.index.search(q_sel[None], r)[0]]
                 turns = []
-                for video in (v for pair in zip(want, by_sel, strict=True) for v in pair):
+                for video in (v for turn in zip(want, by_sel, by_frames, strict=True) for v in turn):
                     if video not in turns:
                         turns.append(video)
                 want = turns[:r]
                 seen_selection = seen_selection or set(want) != {v for v, _ in by_q[:r]}
-                assert "selection query in turn" in out.route, (query, out.route)
+                assert "selection query's videos and best frames in turn" in out.route, (query, out.route)
             assert set(got) == set(want), (query, out.route)
             scores = dict(by_q)
             for video, score in got.items():  # one score space: q · v_j

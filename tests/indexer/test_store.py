@@ -303,3 +303,28 @@ def test_crash_during_sqlite_commit_is_rolled_back(built, tmp_path):
         assert len(r) == 6 and r.video("v0") is not None and r.filter_ids({"cat": "b"}) == {"v0", "v2", "v4"}
     assert not (copy / "meta.sqlite-journal").exists()
     assert verify_index(copy).ok
+
+
+def test_frame_search_ranks_videos_by_their_best_bank_frame(built):
+    """Every indexed video (its bank in either commit's file) by max_c q·f_c, exactly; a filter
+    keeps its videos only; a failed video has no bank and is never found."""
+    directory, entries = built
+    q = np.random.default_rng(7).normal(size=D).astype(np.float32)
+    best = {
+        e.record.id: float((e.bank_embeddings.astype(np.float32) @ q).max())
+        for e in entries
+        if e.record.status == "indexed"
+    }
+    want = sorted(best, key=lambda v: (-best[v], v))
+    with IndexReader(directory) as r:
+        found = r.frame_search(q, 10)
+        assert [v for v, _ in found] == want
+        np.testing.assert_allclose([s for _, s in found], [best[v] for v in want], rtol=1e-5)
+        assert [v for v, _ in r.frame_search(q, 2)] == want[:2]
+        allowed = {"v1", "v4", "v6", "nope"}
+        assert [v for v, _ in r.frame_search(q, 10, allowed_ids=allowed)] == [v for v in want if v in allowed]
+        assert r.frame_search(q, 10, allowed_ids=set()) == []
+        assert r.frame_search(q, 0) == []
+        assert len(r.frame_scan()) == sum(
+            len(e.bank_embeddings) for e in entries if e.bank_embeddings is not None
+        )
