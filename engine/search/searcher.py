@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import time
 
-from core.config import MIN_RELEVANCE, Embedder, SearchMode, Sources
+from core.config import FRAME_SCAN_MAX_BYTES, MIN_RELEVANCE, Embedder, SearchMode, Sources
 from engine.cache import FrameCache
 from engine.errors import InvalidRequest
 from engine.frames import FrameSource
@@ -103,9 +103,7 @@ class Searcher:
             store=index if size == manifest.frame_size and hasattr(index, "stored_rows") else None,
         )
         self.cascade = self._cascade(rerank_encoder or encoder, oneshot_encoder, gate, time_head, router)
-        self.stage1 = Stage1(encoder, index, batcher=batcher)
-        if self.cascade.selects and hasattr(index, "frame_scan"):
-            index.frame_scan()  # stage 1 of a query about time scans every bank: read them now, not in a search
+        self.stage1 = Stage1(encoder, index, batcher=batcher, frame_scan=self._frame_scan(index))
         if batcher is not None:
             serialize_processor(getattr(encoder, "backbone", None))
         backbone = getattr(encoder, "backbone", None)
@@ -119,6 +117,23 @@ class Searcher:
         self.evidence = Evidence(
             index, aggregate=config.frame_aggregate, refiner=refiner, refine_moments=config.refine_moments
         )
+
+    def _frame_scan(self, index) -> bool:
+        """Whether stage 1 ranks the frame banks by a motion query's selection query
+        (engine.search.stage1): where one is served and the banks fit FRAME_SCAN_MAX_BYTES; they are
+        read now, not in a user's search."""
+        if not self.cascade.selects or not hasattr(index, "frame_scan"):
+            return False
+        size = index.frame_scan_bytes()
+        if size > FRAME_SCAN_MAX_BYTES:
+            logger.warning(
+                "stage 1 does not scan the frame banks for motion queries: they take %.1f GB in memory, "
+                "more than %.1f GB (core.config.FRAME_SCAN_MAX_BYTES); FAISS rankings alone",
+                size / 1e9, FRAME_SCAN_MAX_BYTES / 1e9,
+            )  # fmt: skip
+            return False
+        index.frame_scan()
+        return True
 
     def _cascade(
         self, stage2: VideoEncoder, oneshot: VideoEncoder | None, gate, time_head, router

@@ -9,7 +9,8 @@ shortlisted by q and by its selection query q_sel (where its events show: models
 the first R distinct videos of its rankings taken in turn (q's first, q_sel's first, q's second,
 ...): q's and q_sel's FAISS rankings and, for a query the streaming head reads (not an order or a
 count the time head reads: ``select_frames``), every video ranked by its best bank frame under
-q_sel, max_c q_sel · f_c (indexer.store.frame_scan). A motion text's embedding lies far from its
+q_sel, max_c q_sel · f_c (indexer.store.frame_scan; where the banks fit
+core.config.FRAME_SCAN_MAX_BYTES in memory). A motion text's embedding lies far from its
 event's stills, so its own video is often outside q's first R; and the event is a few seconds of a
 2-5 min video, which one vector per video blurs. On development seeds 0, 4 and 5 of
 benchmarks/bench_quality.py (36 motion queries, R = 10), the right video was in the shortlist of
@@ -40,10 +41,11 @@ STAGE2_MODES = (SearchMode.FRAMES, SearchMode.RERANK)
 
 
 class Stage1:
-    def __init__(self, encoder, index, *, batcher=None):
+    def __init__(self, encoder, index, *, batcher=None, frame_scan: bool = False):
         self.encoder = encoder
         self.index = index
         self.batcher = batcher
+        self.frame_scan = frame_scan  # rank the frame banks by q_sel (module docstring)
         self._faiss_lock = threading.Lock()  # a GPU FAISS index is not safe to search from two threads
 
     def embed_query(self, state: SearchState) -> None:
@@ -108,7 +110,7 @@ class Stage1:
         q_sel's over the frame banks, taken in turn (module docstring), each with its score under q."""
         sel = state.select_q.numpy().astype("float32")
         rankings = [found, self.index.search(sel[None], k, allowed_ids=state.allowed)[0]]
-        if state.select_frames:
+        if state.select_frames and self.frame_scan:
             rankings.append(self.index.frame_search(sel, k, allowed_ids=state.allowed))
         turns = (item[0] for turn in zip_longest(*rankings) for item in turn if item is not None)
         order = list(dict.fromkeys(turns))[:k]  # distinct, in turn

@@ -167,6 +167,11 @@ class IndexReader:
         score) (indexer.store.frame_scan; every bank read into memory on first use)."""
         return self.frame_scan().search(query, k, allowed_ids=allowed_ids)
 
+    def frame_scan_bytes(self) -> int:
+        """What :meth:`frame_scan` holds in memory: every indexed video's bank frames x d x 4 bytes."""
+        frames = sum(self._banks[v].count for v in self._by_faiss.values() if v in self._banks)
+        return frames * self.manifest.embed_dim * 4
+
     def frame_scan(self) -> FrameScan:
         """The index's banks as one matrix (:class:`FrameScan`), built on the first call."""
         with self._frame_scan_lock:

@@ -145,3 +145,20 @@ def test_a_query_about_time_is_shortlisted_by_the_query_and_its_selection_query_
             for video, score in got.items():  # one score space: q · v_j
                 assert score == pytest.approx(scores[video], abs=1e-5)
     assert seen_selection  # some motion query's shortlist holds a video q's first R miss
+
+
+def test_stage1_scans_the_frame_banks_only_where_they_fit_in_memory(collection, monkeypatch, caplog):
+    """The banks are read into memory when the server loads, up to FRAME_SCAN_MAX_BYTES; beyond it
+    stage 1 keeps its FAISS rankings and the log says why."""
+    import engine.search.searcher as searcher_module
+
+    _, engine = collection
+    assert engine.searcher.stage1.frame_scan
+    assert (
+        engine.index.frame_scan_bytes()
+        == len(engine.index.frame_scan()) * engine.index.manifest.embed_dim * 4
+    )
+    monkeypatch.setattr(searcher_module, "FRAME_SCAN_MAX_BYTES", engine.index.frame_scan_bytes() - 1)
+    with caplog.at_level("WARNING", logger="engine.search.searcher"):
+        assert not engine.searcher._frame_scan(engine.index)
+    assert "does not scan the frame banks" in caplog.text
