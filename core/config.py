@@ -112,11 +112,6 @@ FAISS_EXACT_FACTORY = "IDMap2,Flat"
 # It is trained when the corpus crosses the threshold, re-trained by `indexer add` when N enters a
 # new octave (at most once per doubling of N) and by every `indexer compact`.
 FAISS_ANN_FACTORY = "IDMap2,IVF{nlist}(Flat),Flat"
-# Stage 1 of a query for the streaming head also ranks every video by its selection query's best bank
-# frame (indexer.store.frame_scan): every bank in one float32 matrix in memory, an exact scan per such
-# query. Up to this size only (frames x d x 4 bytes; 1000 hour-long videos at ~1 fps and d = 64 take
-# 0.9 GB); a larger index keeps stage 1's FAISS rankings alone and the server's log says so.
-FRAME_SCAN_MAX_BYTES = 2 << 30
 FAISS_IVF_LISTS_PER_SQRT = 4.0  # nlist = this * sqrt(octave of N)
 FAISS_IVF_MIN_TRAIN_PER_LIST = 39  # FAISS's minimum of training points per list (fewer: exact search)
 FAISS_IVF_TRAIN_PER_LIST = 40  # k-means sample per list (FAISS caps at 256; the 1M build above: 141 s)
@@ -124,6 +119,12 @@ FAISS_IVF_NPROBE = 32  # lists searched: min(this, nlist / 8), at least 1 (32: t
 # the automatic ANN type of earlier versions: switched to the IVF above by the next add or compact
 FAISS_LEGACY_ANN_FACTORIES = ("IDMap2,HNSW32,Flat",)
 FAISS_HNSW_EF_SEARCH = 128  # HNSW search breadth (at least the k asked for); FAISS's default is 16
+
+# Stage 1 of a query for the streaming head also ranks every video by its selection query's best bank
+# frame (indexer.store.frame_scan): every bank in one float32 matrix in memory, an exact scan per such
+# query. Up to this size only (frames x d x 4 bytes; 1000 hour-long videos at ~1 fps and d = 128, the
+# tiny world's, take 1.8 GB); a larger index keeps stage 1's FAISS rankings alone, and the log says so.
+FRAME_SCAN_MAX_BYTES = 2 << 30
 
 
 class FrameStore(StrEnum):

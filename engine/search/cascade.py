@@ -21,10 +21,10 @@ that applies wins:
 
 Where the router ships a selection query (models.router.SelectionQuery: q_sel, where a query about
 time's events show), a query it calls about time is read by q_sel (:meth:`Cascade.read_query`, once,
-before stage 1): stage 1 shortlists by q and by q_sel's best bank frames in turn (engine.search.stage1); the tie is
-measured on q_sel's frame scores; the head reads the candidates q_sel scores highest and the frame
-tier's first, and each one's moments are cut from q_sel · f_c; the head scores with q and the
-query's text, and each candidate it read ranks by
+before stage 1): stage 1 shortlists by q and q_sel in turn, a motion query by q_sel's best bank
+frames too (engine.search.stage1); the tie is measured on q_sel's frame scores; the head reads the
+candidates q_sel scores highest and the frame tier's first, and each one's moments are cut from
+q_sel · f_c; the head scores with q and the query's text, and each candidate it read ranks by
 
     s = q · z_T + head_frame_weight · (max_c q_sel · f_c + max_c q · f_c)
 

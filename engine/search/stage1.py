@@ -14,9 +14,9 @@ core.config.FRAME_SCAN_MAX_BYTES in memory). A motion text's embedding lies far 
 event's stills, so its own video is often outside q's first R; and the event is a few seconds of a
 2-5 min video, which one vector per video blurs. On development seeds 0, 4 and 5 of
 benchmarks/bench_quality.py (36 motion queries, R = 10), the right video was in the shortlist of
-q's and q_sel's FAISS rankings 28 times, with q_sel's best frames too 33 (q and the best frames
-alone, 33); the first result was right 16 / 17 / 16 times: what stage 2 does with the shortlist
-decides more than its recall now. Every hit's ``stage1_score`` is q·v_j.
+q's and q_sel's FAISS rankings 28 times (first result right: 16), with q_sel's best frames too 33
+(17), q's and the best frames alone 33 (16): what stage 2 does with the shortlist decides more than
+its recall now. Every hit's ``stage1_score`` is q·v_j.
 
 A search that goes on to stage 2 embeds its text query in a backbone call shared with other
 searches' queries (the batcher, when there is one: its wait is booked as ``query_queue``); a
@@ -110,7 +110,8 @@ class Stage1:
         q_sel's over the frame banks, taken in turn (module docstring), each with its score under q."""
         sel = state.select_q.numpy().astype("float32")
         rankings = [found, self.index.search(sel[None], k, allowed_ids=state.allowed)[0]]
-        if state.select_frames and self.frame_scan:
+        state.select_frames = state.select_frames and self.frame_scan  # what ran: the route says so
+        if state.select_frames:
             rankings.append(self.index.frame_search(sel, k, allowed_ids=state.allowed))
         turns = (item[0] for turn in zip_longest(*rankings) for item in turn if item is not None)
         order = list(dict.fromkeys(turns))[:k]  # distinct, in turn

@@ -8,7 +8,7 @@ of a long video can lie far from that one vector. The frame bank holds f_c, abou
 ranks every video by the frame that shows the query best (the frame tier's ``max`` aggregate, over
 the whole collection instead of a shortlist). :class:`FrameScan` keeps every bank of an index in one
 float32 matrix [frames, d] (built once per reader: frames × d × 4 bytes, e.g. 3.6 M frames of 1000
-hour-long videos at d = 64 take 0.9 GB) and scores a query with one matrix-vector product and one
+hour-long videos at d = 128 take 1.8 GB) and scores a query with one matrix-vector product and one
 segmented max; the scan is exact.
 """
 

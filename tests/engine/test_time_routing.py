@@ -152,7 +152,7 @@ def test_stage1_scans_the_frame_banks_only_where_they_fit_in_memory(collection, 
     stage 1 keeps its FAISS rankings and the log says why."""
     import engine.search.searcher as searcher_module
 
-    _, engine = collection
+    corpus, engine = collection
     assert engine.searcher.stage1.frame_scan
     assert (
         engine.index.frame_scan_bytes()
@@ -162,3 +162,13 @@ def test_stage1_scans_the_frame_banks_only_where_they_fit_in_memory(collection, 
     with caplog.at_level("WARNING", logger="engine.search.searcher"):
         assert not engine.searcher._frame_scan(engine.index)
     assert "does not scan the frame banks" in caplog.text
+    # without the scan, a motion query's answer does not claim it
+    monkeypatch.setattr(engine.searcher.stage1, "frame_scan", False)
+    router = engine.searcher.cascade.router
+    query = next(
+        text
+        for text, _ in corpus.queries("motion")
+        if router.probability(engine.encoder.embed_queries([text]).float()[0]) >= router.threshold
+    )
+    out = engine.search_sync({"query": query, "top_k": 3})
+    assert "selection query in turn" in out.route and "best frames" not in out.route, out.route
