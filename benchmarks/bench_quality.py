@@ -356,7 +356,8 @@ def modes_for(args) -> list[Mode]:
         modes.append(
             Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", served)
         )
-        alone = served + (("head_frame_weight", 0.0),)  # the head's own score, without the frame bank's
+        # the head's own score, without the frame bank's
+        alone = served + (("head_selection_weight", 0.0), ("head_frame_weight", 0.0))
         modes.append(
             Mode("cascade, the default, head's score alone" + (f" ({label})" if label else ""), "oneshot",
                  "rerank", alone)

@@ -204,6 +204,18 @@ DEFAULT_KEEP_MARGIN = 0.05
 # tier's on 1 of the 30 ordinary sentences of tests/engine/test_time_routing.py; (0.5, 0.5) 0.38 and
 # none; (1, 1) 0.42 and none; (0.25, 1) 0.21; at margin 0.05, (0.5, 0.5) and (1, 1) 0.25.
 DEFAULT_HEAD_FRAME_WEIGHT = 0.5
+# ... and the selection query's term its own weight: s = q · z_T + HEAD_SELECTION_WEIGHT · max_c q_sel · f_c
+# + HEAD_FRAME_WEIGHT · max_c q · f_c. The head's q · z_T reads a change well within a reversal pair, but
+# across videos it often puts another shape or colour first ("a blue square gets bigger": a green triangle
+# that shrinks, q · z_T 0.25 against the right one's -0.28), where q_sel's best frame tells them apart
+# (0.06 against 0.73). On development seeds 0, 4 and 5 of benchmarks/bench_quality.py (36 motion queries
+# over each time collection, read from one dump of every served search's terms, the head reading all of
+# q_sel's first 6), motion Hit@1 for this weight 0.5 (the weight before, HEAD_FRAME_WEIGHT's) 17 / 36, 1.0
+# 18, 1.5 20, 2.0 21, 2.5 and 3.0 20; the 18 single-event queries 17 at every weight. Served with 2.0 (the
+# same seeds, default settings): over the collection 21 / 36 (17 before), within the pair 30 (31: "a blue
+# square gets bigger" beat its reversal by 0.046, under the keep margin). (Tie margin 0.1 added a query;
+# keep margin 0 three within the pair: not changed, see above.)
+DEFAULT_HEAD_SELECTION_WEIGHT = 2.0
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 # Refining costs a decode of the source around each edge: with 3, refinement was 86 % of the default
 # cascade's p50 (403 of 469 ms; bench_quality seeds 0-2), for R1@0.7 that is measured on the top-1.

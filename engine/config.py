@@ -25,6 +25,7 @@ from core.config import (
     DEFAULT_FUSION,
     DEFAULT_HEAD_CANDIDATES,
     DEFAULT_HEAD_FRAME_WEIGHT,
+    DEFAULT_HEAD_SELECTION_WEIGHT,
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
     DEFAULT_KEEP_MARGIN,
@@ -169,10 +170,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("keep_margin", float, DEFAULT_KEEP_MARGIN, "... and the head's order stands only where its best "
             "beats the frame tier's first by this on the head's own score (else the frame tier's order "
             "stands, and the answer says so).", SEARCH, bounds={"ge": 0, "le": 2}),
-    Setting("head_frame_weight", float, DEFAULT_HEAD_FRAME_WEIGHT, "... and each candidate the head read "
-            "scores its own score plus this times its best frame's cosine with the query's selection query and "
-            "with the query (whether the events the query names show at all), where the router ships a selection "
-            "query; 0 = the head's score alone.", SEARCH,
+    Setting("head_selection_weight", float, DEFAULT_HEAD_SELECTION_WEIGHT, "... and each candidate the head "
+            "read scores its own score plus this times its best frame's cosine with the query's selection query "
+            "(whether the events the query names show at all), where the router ships a selection query; 0 = "
+            "without it.", SEARCH, bounds={"ge": 0, "le": 10}),
+    Setting("head_frame_weight", float, DEFAULT_HEAD_FRAME_WEIGHT, "... plus this times its best frame's "
+            "cosine with the query itself; both 0 = the head's score alone.", SEARCH,
             bounds={"ge": 0, "le": 10}),
     Setting("refine_moments", int, DEFAULT_REFINE_MOMENTS, "Results whose moments are refined at the source's "
             "frame rate (0 = bank resolution only).", SEARCH, bounds={"ge": 0}),

@@ -26,12 +26,13 @@ frames too (engine.search.stage1); the tie is measured on q_sel's frame scores; 
 candidates q_sel scores highest and the frame tier's first, and each one's moments are cut from
 q_sel · f_c; the head scores with q and the query's text, and each candidate it read ranks by
 
-    s = q · z_T + head_frame_weight · (max_c q_sel · f_c + max_c q · f_c)
+    s = q · z_T + head_selection_weight · max_c q_sel · f_c + head_frame_weight · max_c q · f_c
 
 (its reading of how the moments change, plus whether the frames show the events the query names at
 all, by its selection query and by itself: alone, the head put a moving yellow triangle first for "a
 cyan circle moves down" on development seed 0; weighed by q_sel's frames alone, a sentence the router
-misreads, "after some grey frames an orange square shows up", found an orange circle). The router is learned (a
+misreads, "after some grey frames an orange square shows up", found an orange circle; q_sel's term weighs
+most: across videos the head often puts another shape or colour first, core.config). The router is learned (a
 logistic regression on q, trained with the head: training.moment_head). The time head's parse
 (models.time_head, a template) routes the order and count queries it reads, and its ranking stands
 only where its evidence is stronger: where its first differs from the frame tier's, the time
@@ -117,8 +118,8 @@ class Cascade:
 
     def __init__(
         self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
-        tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, frame_weight: float = 0.0,
-        shown=None,
+        tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, selection_weight: float = 0.0,
+        frame_weight: float = 0.0, shown=None,
     ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
@@ -127,7 +128,8 @@ class Cascade:
         self.policy = policy or CascadePolicy()
         self.router = router  # models.router.Router: is a query about time (the moment head's)
         self.tie_margin, self.head_candidates, self.keep_margin = tie_margin, head_candidates, keep_margin
-        self.frame_weight = frame_weight  # the frame bank's weight in the head's score (_with_frame_evidence)
+        # the frame bank's weights in the head's score, under q_sel and under q (_with_frame_evidence)
+        self.selection_weight, self.frame_weight = selection_weight, frame_weight
         self.shown = shown  # hit -> bool: a time-tier hit shows every event its plan read (module docstring)
 
     @property
@@ -242,20 +244,21 @@ class Cascade:
                 shows = {h.video_id: v for h, v in zip(hits, signals.selection, strict=True)}
                 hits, m = selection_order(hits, signals.selection, m)
             ranked = self._heavy(state, request, hits, m)
-            if signals.selection is not None and self.frame_weight:
+            if signals.selection is not None and (self.selection_weight or self.frame_weight):
                 ranked = self._with_frame_evidence(ranked, shows)
             return self._keep_unless_stronger(state, hits, ranked, m) if signals.about_time else ranked
         return hits
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
-        """Each candidate the head read scores s = q · z_T + ``frame_weight`` · (max_c q_sel · f_c +
-        max_c q · f_c): the head reads how its moments change, the frame bank whether they show the
-        events the query names at all (module docstring); one score space for the candidates the head
-        read."""
+        """Each candidate the head read scores s = q · z_T + ``selection_weight`` · max_c q_sel · f_c +
+        ``frame_weight`` · max_c q · f_c: the head reads how its moments change, the frame bank whether
+        they show the events the query names at all (module docstring); one score space for the
+        candidates the head read."""
         name = self.reranker.name
         for hit in ranked:
             if hit.tier == name:
-                hit.score += self.frame_weight * (shows[hit.video_id] + (hit.frame_score or 0.0))
+                selected, own = shows[hit.video_id], hit.frame_score or 0.0
+                hit.score += self.selection_weight * selected + self.frame_weight * own
         return heavy_first(ranked, name)
 
     def _keep_unless_stronger(

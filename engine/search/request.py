@@ -51,7 +51,8 @@ class SearcherConfig:
     tie_margin: float = 0.0  # a query about time: the frame tier's near-ties the moment head reranks
     head_candidates: int = 6  # ... at most this many
     keep_margin: float = 0.0  # ... its order standing where its evidence is stronger by this
-    head_frame_weight: float = 0.0  # ... its score plus this times the frame bank's under q_sel
+    head_selection_weight: float = 0.0  # ... its score plus this times its best frame under q_sel
+    head_frame_weight: float = 0.0  # ... and this times its best frame under q
     max_top_k: int = MAX_TOP_K
     max_shortlist: int = MAX_SHORTLIST
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
@@ -78,6 +79,7 @@ class SearcherConfig:
             tie_margin=config.tie_margin,
             head_candidates=config.head_candidates,
             keep_margin=config.keep_margin,
+            head_selection_weight=config.head_selection_weight,
             head_frame_weight=config.head_frame_weight,
             oneshot_moments=config.oneshot_moments,
         )

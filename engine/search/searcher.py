@@ -166,6 +166,7 @@ class Searcher:
             tie_margin=config.tie_margin,
             head_candidates=config.head_candidates,
             keep_margin=config.keep_margin,
+            selection_weight=config.head_selection_weight,
             frame_weight=config.head_frame_weight,
             shown=self._shows_every_event,
         )

@@ -46,3 +46,43 @@ def _signals(**changes) -> Signals:
 def test_the_policy_routes_by_the_measured_signals(signals, route):
     got = CascadePolicy().route(signals, R)
     assert (got.tier, got.candidates) == route and got.why
+
+
+@pytest.mark.parametrize(
+    ("selection_weight", "frame_weight", "first"),
+    [
+        (0.0, 0.0, "moves"),  # the head's own score: q · z_T alone
+        (0.5, 0.5, "moves"),  # 0.30 + 0.05 + 0.15 against 0.05 + 0.35 + 0.05: the head's reading wins
+        (
+            2.0,
+            0.5,
+            "shows",
+        ),  # q_sel's best frame weighs most (core.config): 0.30 + 0.20 + 0.10 < 0.05 + 1.40 + 0.05
+    ],
+)
+def test_a_candidate_the_head_read_scores_its_reading_plus_each_frame_term_by_its_own_weight(
+    selection_weight, frame_weight, first
+):
+    """s = q · z_T + selection_weight · max_c q_sel · f_c + frame_weight · max_c q · f_c
+    (Cascade._with_frame_evidence), for the candidates the head read; one it did not read keeps the
+    frame tier's score, below them."""
+    from types import SimpleNamespace
+
+    from engine.results import Hit
+    from engine.search.cascade import Cascade
+
+    def hit(video, score, frame, rank, tier="head"):
+        return Hit(video, score, 0.0, rank, tier=tier, frame_score=frame)
+
+    cascade = Cascade(None, SimpleNamespace(name="head"), selection_weight=selection_weight,
+                      frame_weight=frame_weight)  # fmt: skip
+    # "moves": the head reads a change (0.30), its best frame barely the query's events under q_sel (0.10);
+    # "shows": the head reads little (0.05), its frames show the events (0.70)
+    ranked = [hit("moves", 0.30, 0.30, 1), hit("shows", 0.05, 0.10, 2), hit("unread", 0.90, 0.90, 3, "frame")]
+    shows = {"moves": 0.10, "shows": 0.70, "unread": 0.95}
+    out = cascade._with_frame_evidence(ranked, shows)
+    assert [h.video_id for h in out][0] == first
+    assert out[-1].video_id == "unread" and out[-1].score == 0.90
+    by_id = {h.video_id: h.score for h in out}
+    assert by_id["moves"] == pytest.approx(0.30 + selection_weight * 0.10 + frame_weight * 0.30)
+    assert by_id["shows"] == pytest.approx(0.05 + selection_weight * 0.70 + frame_weight * 0.10)
