@@ -213,11 +213,11 @@ def served_intro(served: dict) -> list[str]:
         f"`{runs}` here, the same bytes) with its router and selection "
         "query, on seeds that chose nothing (its recipe chose on split 201 and bench seed 0, how a moment is "
         "read on bench seeds 0, 4 and 5, the serving constants `tie_margin`, `keep_margin` and "
-        "`head_frame_weight` on bench seeds 0 and 4). *cascade, the "
+        "`head_frame_weight` on bench seeds 0 and 4, `head_selection_weight` on seeds 0, 4 and 5). *cascade, the "
         "default, head* is what the server serves by default with the shapes-world checkpoint: the time head "
         "for the order and count queries its parser reads, the rerank head for the other queries its router "
         "calls about time, the frame tier for the rest; *head's score alone* ranks what the head read by "
-        "q · z_T alone (`head_frame_weight` 0: without the frame bank's evidence that the query's events "
+        "q · z_T alone (`head_selection_weight` and `head_frame_weight` 0: without the frame bank's evidence that the query's events "
         "show); *head on all R* runs the head on every candidate of every query.",
         "",
     ]
