@@ -181,7 +181,8 @@ class Cascade:
         (``state.select_frames``): not for a query the time head reads (an order or a count: its route
         comes first), where a shortlist widened by q_sel's best frames let the frame tier put a video
         of grey haystack first for "a white triangle appears before the screen goes grey"
-        (tests/engine/test_time_routing.py)."""
+        (tests/engine/test_time_routing.py); such a query's events instead (``state.event_q``: stage 1
+        ranks the frame banks by its weakest event's best frame)."""
         p = state.params
         if (p.mode != SearchMode.RERANK or not p.heavy or not self.moments or self.router is None
                 or p.image is not None or state.seen_text is None):  # fmt: skip
@@ -189,7 +190,11 @@ class Cascade:
         state.about_time = self.router.probability(state.q[0])
         if state.about_time >= self.router.threshold and self.router.selection is not None:
             state.select_q = self.router.selection(state.q[0])
-            state.select_frames = self.time_tier is None or self.time_tier.plan(state.seen_text) is None
+            plan = None if self.time_tier is None else self.time_tier.plan(state.seen_text)
+            state.select_frames = plan is None
+            if plan is not None:  # stage 1 ranks the frame banks by its weakest event instead
+                with state.clock.stage("query_embed"):
+                    state.event_q = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
 
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
@@ -230,6 +235,7 @@ class Cascade:
             state.outcome.route += (
                 "; stage 1 shortlisted by the query and its selection query"
                 + ("'s videos and best frames" if state.select_frames else "")
+                + (", and every event's best frames," if state.event_q is not None else "")
                 + " in turn"
             )
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)

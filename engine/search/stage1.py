@@ -9,7 +9,9 @@ shortlisted by q and by its selection query q_sel (where its events show: models
 the first R distinct videos of its rankings taken in turn (q's first, q_sel's first, q's second,
 ...): q's and q_sel's FAISS rankings and, for a query the streaming head reads (not an order or a
 count the time head reads: ``select_frames``), every video ranked by its best bank frame under
-q_sel, max_c q_sel · f_c (indexer.store.frame_scan; where the banks fit
+q_sel, max_c q_sel · f_c; for an order or a count the time head reads, every video ranked by its
+weakest event's best bank frame, min_e max_c e · f_c over the events its parse read (``event_q``:
+whether it shows every event at all; indexer.store.frame_scan; both where the banks fit
 core.config.FRAME_SCAN_MAX_BYTES in memory). A motion text's embedding lies far from its
 event's stills, so its own video is often outside q's first R; and the event is a few seconds of a
 2-5 min video, which one vector per video blurs. On development seeds 0, 4 and 5 of
@@ -113,6 +115,10 @@ class Stage1:
         state.select_frames = state.select_frames and self.frame_scan  # what ran: the route says so
         if state.select_frames:
             rankings.append(self.index.frame_search(sel, k, allowed_ids=state.allowed))
+        if state.event_q is not None and not self.frame_scan:
+            state.event_q = None
+        if state.event_q is not None:  # an order or a count: by its weakest event's best frame
+            rankings.append(self.index.frame_search(state.event_q, k, allowed_ids=state.allowed))
         turns = (item[0] for turn in zip_longest(*rankings) for item in turn if item is not None)
         order = list(dict.fromkeys(turns))[:k]  # distinct, in turn
         score = dict(found)

@@ -45,6 +45,9 @@ class SearchState:
     # ... and whether stage 1 also ranks every video by q_sel's best bank frame (a query for the
     # streaming head: within one event; a query the time head reads keeps q's and q_sel's FAISS rankings)
     select_frames: bool = False
+    # ... or, for an order or a count the time head reads, its events' embeddings [E, d]: stage 1 also
+    # ranks every video by the weakest event's best bank frame (whether it shows every event at all)
+    event_q: np.ndarray | None = None
 
     @classmethod
     def begin(

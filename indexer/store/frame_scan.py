@@ -6,7 +6,8 @@ of a long video can lie far from that one vector. The frame bank holds f_c, abou
     score_j = max_c  q · f_c    over video j's bank frames
 
 ranks every video by the frame that shows the query best (the frame tier's ``max`` aggregate, over
-the whole collection instead of a shortlist). :class:`FrameScan` keeps every bank of an index in one
+the whole collection instead of a shortlist). Given several queries (the events of an order or a
+count), a video scores by its weakest event, min_e max_c e · f_c: whether it shows every one. :class:`FrameScan` keeps every bank of an index in one
 float32 matrix [frames, d] (built once per reader: frames × d × 4 bytes, e.g. 3.6 M frames of 1000
 hour-long videos at d = 128 take 1.8 GB) and scores a query with one matrix-vector product and one
 segmented max; the scan is exact.
@@ -63,11 +64,12 @@ class FrameScan:
         return len(self.matrix)
 
     def search(self, query: np.ndarray, k: int, *, allowed_ids: Collection[str] | None = None):
-        """The first ``k`` videos by max_c query · f_c (module docstring), as (video_id, score)."""
+        """The first ``k`` videos by max_c query · f_c (module docstring), as (video_id, score); ``query``
+        [d], or [E, d] for min_e max_c e · f_c."""
         if k <= 0 or not self.ids:
             return []
-        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        best = np.maximum.reduceat(self.matrix @ q, self.starts)
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1, self.matrix.shape[1])
+        best = np.maximum.reduceat(self.matrix @ q.T, self.starts, axis=0).min(axis=1)
         if allowed_ids is not None:
             keep = np.zeros(len(self.ids), dtype=bool)
             keep[[self._position[v] for v in allowed_ids if v in self._position]] = True

@@ -164,7 +164,8 @@ class IndexReader:
         self, query: np.ndarray, k: int, *, allowed_ids: Collection[str] | None = None
     ) -> list[tuple[str, float]]:
         """The first ``k`` indexed videos by their best bank frame, max_c query · f_c, as (video_id,
-        score) (indexer.store.frame_scan; every bank read into memory on first use)."""
+        score); several queries [E, d]: by the weakest one's, min_e max_c e · f_c (indexer.store.frame_scan;
+        every bank read into memory on first use)."""
         return self.frame_scan().search(query, k, allowed_ids=allowed_ids)
 
     def frame_scan_bytes(self) -> int:

@@ -147,6 +147,47 @@ def test_a_query_about_time_is_shortlisted_by_the_query_and_its_selection_query_
     assert seen_selection  # some motion query's shortlist holds a video q's first R miss
 
 
+def test_an_order_or_count_the_time_head_reads_is_shortlisted_by_its_weakest_events_best_frame_too(
+    collection,
+):
+    """Stage 1 of an order or a count the time head parses, which the router calls about time: q's
+    first, q_sel's first, the first by min_e max_c e·f_c over the parse's events (each embedded as the
+    time head embeds them), q's second, ... as its R candidates (not q_sel's best frames: see the
+    cascade's read_query)."""
+    import numpy as np
+
+    corpus, engine = collection
+    cascade = engine.searcher.cascade
+    router, time_tier = cascade.router, cascade.time_tier
+    r, checked = 4, 0
+    for kind in ("order", "count"):
+        for query, _ in corpus.queries(kind):
+            q = engine.encoder.embed_queries([query]).float()[0]
+            plan = time_tier.plan(query)
+            if plan is None or router.probability(q) < router.threshold:
+                continue
+            events = engine.encoder.embed_queries(list(plan.events)).float().numpy().astype(np.float32)
+            weakest = {
+                v.id: float(
+                    (engine.index.frame_bank(v.id).embeddings.astype(np.float32) @ events.T).max(0).min()
+                )
+                for v in corpus.videos
+            }
+            by_events = sorted(weakest, key=lambda v: (-weakest[v], v))[:r]
+            q_sel = router.selection(q).numpy().astype(np.float32)
+            by_q = [v for v, _ in engine.index.search(q.numpy()[None].astype(np.float32), r)[0]]
+            by_sel = [v for v, _ in engine.index.search(q_sel[None], r)[0]]
+            turns = []
+            for video in (v for turn in zip(by_q, by_sel, by_events, strict=True) for v in turn):
+                if video not in turns:
+                    turns.append(video)
+            out = engine.search_sync({"query": query, "shortlist": r, "top_k": r})
+            assert {h.video_id for h in out.hits} == set(turns[:r]), (query, out.route)
+            assert "every event's best frames" in out.route and "videos and best frames" not in out.route
+            checked += 1
+    assert checked
+
+
 def test_stage1_scans_the_frame_banks_only_where_they_fit_in_memory(collection, monkeypatch, caplog):
     """The banks are read into memory when the server loads, up to FRAME_SCAN_MAX_BYTES; beyond it
     stage 1 keeps its FAISS rankings and the log says why."""

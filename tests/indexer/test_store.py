@@ -328,3 +328,27 @@ def test_frame_search_ranks_videos_by_their_best_bank_frame(built):
         assert len(r.frame_scan()) == sum(
             len(e.bank_embeddings) for e in entries if e.bank_embeddings is not None
         )
+
+
+def test_frame_search_with_several_queries_ranks_videos_by_the_weakest_ones_best_frame(built):
+    """The events of an order or a count: every indexed video by min_e max_c e·f_c, exactly (a video
+    that shows one event well and the other not at all ranks below one that shows both)."""
+    directory, entries = built
+    events = np.random.default_rng(11).normal(size=(2, D)).astype(np.float32)
+    weakest = {
+        e.record.id: float((e.bank_embeddings.astype(np.float32) @ events.T).max(axis=0).min())
+        for e in entries
+        if e.record.status == "indexed"
+    }
+    want = sorted(weakest, key=lambda v: (-weakest[v], v))
+    with IndexReader(directory) as r:
+        found = r.frame_search(events, 10)
+        assert [v for v, _ in found] == want
+        np.testing.assert_allclose([s for _, s in found], [weakest[v] for v in want], rtol=1e-5)
+        by_first = [v for v, _ in r.frame_search(events[0], 10)]  # one event alone ranks otherwise
+        assert by_first == sorted(weakest, key=lambda v: (-float((_bank(entries, v) @ events[0]).max()), v))
+        assert r.frame_search(events[:1], 10) == r.frame_search(events[0], 10)
+
+
+def _bank(entries, video_id):
+    return next(e.bank_embeddings.astype(np.float32) for e in entries if e.record.id == video_id)
