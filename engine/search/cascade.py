@@ -195,6 +195,7 @@ class Cascade:
             if plan is not None:  # stage 1 ranks the frame banks by its weakest event instead
                 with state.clock.stage("query_embed"):
                     state.event_q = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
+                state.events = tuple(plan.events)
 
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
@@ -240,6 +241,8 @@ class Cascade:
             )
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
             state.outcome.rerank_embedder = self.time_tier.name
+            if state.event_q is not None:  # embedded before stage 1: the time tier reads them again
+                request.events = (state.events, state.event_q)
             frame = list(hits)
             return self._keep_time_unless_shown(
                 state, frame, self.time_tier.run(request, hits, signals.time_plan)

@@ -48,6 +48,7 @@ class SearchState:
     # ... or, for an order or a count the time head reads, its events' embeddings [E, d]: stage 1 also
     # ranks every video by the weakest event's best bank frame (whether it shows every event at all)
     event_q: np.ndarray | None = None
+    events: tuple[str, ...] = ()  # ... the event phrases ``event_q`` embeds (the time tier reuses them)
 
     @classmethod
     def begin(

@@ -44,6 +44,7 @@ class TierRequest:
     query_key: str = ""  # models.selection.query_key of the request's query ("": from ``query``)
     query_states: tuple | None = None  # the query's token states, once read (a head that reads its text)
     select_q: torch.Tensor | None = None  # where selection looks (models.router.SelectionQuery; None: q)
+    events: tuple | None = None  # (event phrases, their embeddings [E, d]) already embedded (the time tier's)
 
     def __post_init__(self) -> None:
         if not self.query_key:

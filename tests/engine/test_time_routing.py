@@ -148,7 +148,7 @@ def test_a_query_about_time_is_shortlisted_by_the_query_and_its_selection_query_
 
 
 def test_an_order_or_count_the_time_head_reads_is_shortlisted_by_its_weakest_events_best_frame_too(
-    collection,
+    collection, monkeypatch
 ):
     """Stage 1 of an order or a count the time head parses, which the router calls about time: q's
     first, q_sel's first, the first by min_e max_c e·f_c over the parse's events (each embedded as the
@@ -160,6 +160,12 @@ def test_an_order_or_count_the_time_head_reads_is_shortlisted_by_its_weakest_eve
     cascade = engine.searcher.cascade
     router, time_tier = cascade.router, cascade.time_tier
     r, checked = 4, 0
+    embedded, embed = [], time_tier.encoder.embed_queries
+    monkeypatch.setattr(
+        time_tier.encoder,
+        "embed_queries",
+        lambda texts, *a, **k: embedded.append(list(texts)) or embed(texts, *a, **k),
+    )
     for kind in ("order", "count"):
         for query, _ in corpus.queries(kind):
             q = engine.encoder.embed_queries([query]).float()[0]
@@ -181,7 +187,9 @@ def test_an_order_or_count_the_time_head_reads_is_shortlisted_by_its_weakest_eve
             for video in (v for turn in zip(by_q, by_sel, by_events, strict=True) for v in turn):
                 if video not in turns:
                     turns.append(video)
+            embedded.clear()  # the event phrases are embedded once, for stage 1; the time tier reuses them
             out = engine.search_sync({"query": query, "shortlist": r, "top_k": r})
+            assert embedded.count(list(plan.events)) == 1, (query, embedded)
             assert {h.video_id for h in out.hits} == set(turns[:r]), (query, out.route)
             assert "every event's best frames" in out.route and "videos and best frames" not in out.route
             checked += 1
