@@ -86,3 +86,30 @@ def test_a_candidate_the_head_read_scores_its_reading_plus_each_frame_term_by_it
     by_id = {h.video_id: h.score for h in out}
     assert by_id["moves"] == pytest.approx(0.30 + selection_weight * 0.10 + frame_weight * 0.30)
     assert by_id["shows"] == pytest.approx(0.05 + selection_weight * 0.70 + frame_weight * 0.10)
+
+
+@pytest.mark.parametrize(("lead", "stands"), [(0.005, False), (0.02, True)])
+def test_the_heads_order_stands_only_where_its_best_beats_the_frame_tiers_first_by_the_keep_margin(
+    lead, stands
+):
+    """Cascade._keep_unless_stronger with keep_margin 0.01: the head's first ahead of the frame tier's
+    first by less keeps the frame tier's order (each hit back on its frame-tier score) and the route
+    says so; by more, the head's order stands."""
+    from types import SimpleNamespace
+
+    from engine.results import Hit
+    from engine.search.cascade import Cascade
+
+    cascade = Cascade(SimpleNamespace(name="frame"), SimpleNamespace(name="head"), keep_margin=0.01)
+    first = Hit("frame-first", 1.0, 0.0, 1, tier="head", frame_score=0.8)
+    other = Hit("head-first", 1.0 + lead, 0.0, 2, tier="head", frame_score=0.7)
+    rest = Hit("unread", 0.6, 0.0, 3, tier="frame", frame_score=0.6)
+    state = SimpleNamespace(outcome=SimpleNamespace(route="about time"))
+    out = cascade._keep_unless_stronger(state, [first, other, rest], [other, first, rest], 2)
+    if stands:
+        assert [h.video_id for h in out] == ["head-first", "frame-first", "unread"]
+        assert state.outcome.route == "about time" and out[0].tier == "head"
+    else:
+        assert [h.video_id for h in out] == ["frame-first", "head-first", "unread"]
+        assert "the frame tier's order stands" in state.outcome.route
+        assert [(h.tier, h.score) for h in out[:2]] == [("frame", 0.8), ("frame", 0.7)]
