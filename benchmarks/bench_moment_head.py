@@ -105,9 +105,10 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         for name in args.recipes:
             t = time.perf_counter()
-            head, _ = train_head(train, [], _recipe(base, name, seed), hidden=hidden, embed=embed,
+            recipe = _recipe(base, name, seed)
+            head, _ = train_head(train, [], recipe, hidden=hidden, embed=embed,
                                  max_evidence=max(DEFAULT_MAX_EVIDENCE, seen))  # fmt: skip
-            measured = evaluate(head, held, controls=True)
+            measured = evaluate(head, held, controls=True, recipe=recipe)
             frame_tier = _pairs(measured, "frame tier")
             run = {"seed": seed, "train_s": round(time.perf_counter() - t, 1),
                    "readouts": {r: _pairs(measured, r) for r in READOUTS},

@@ -80,14 +80,18 @@ def final_loss(
     *,
     exclude: Tensor | None = None,
     target: Tensor | None = None,
+    offset: Tensor | None = None,
 ) -> Tensor:
     """Eq. 11. Indexable: candidates [C, d] shared by all rows (C >= B, the first B are the paired
     positives, y_i = i unless ``target`` is given). Query-conditioned: candidates [B, C, d], b_ij
-    encoded under query i; ``target`` [B] picks the positive among each row's C."""
+    encoded under query i; ``target`` [B] picks the positive among each row's C. ``offset`` [B, C] is
+    added to every similarity before the temperature (a score the head is served beside, which it
+    then learns to complete: training.moment_head)."""
     if candidates.dim() == 2:
-        logits = queries @ candidates.T / temperature  # [B, C]
+        sims = queries @ candidates.T  # [B, C]
     else:
-        logits = torch.einsum("bd,bcd->bc", queries, candidates) / temperature  # [B, C]
+        sims = torch.einsum("bd,bcd->bc", queries, candidates)  # [B, C]
+    logits = (sims if offset is None else sims + offset) / temperature
     if target is None:
         target = torch.arange(queries.shape[0], device=queries.device)
     return contrastive_loss(logits, target, exclude)
@@ -127,10 +131,12 @@ def step_loss_conditioned(
     candidate_valid: Tensor,
     target: Tensor,
     temperature: Tensor | float,
+    offset: Tensor | None = None,
 ) -> Tensor:
     """Eq. 12 for query-conditioned bounded candidate sets: candidates [B, C, T, d] (b_ij^(t)),
     candidate_valid [B, C, T] (False also for padded candidates), target [B]. B_t holds the rows
-    whose positive has a step-t readout; candidates without one are excluded from the row."""
+    whose positive has a step-t readout; candidates without one are excluded from the row.
+    ``offset`` [B, C] as in ``final_loss``, at every step."""
     b, c, t_max, _ = candidates.shape
     rows_all = torch.arange(b, device=queries.device)
     total, weight = queries.new_zeros(()), 0
@@ -139,7 +145,8 @@ def step_loss_conditioned(
         if rows.numel() == 0:
             continue
         a = queries[rows, t] if queries.dim() == 3 else queries[rows]  # [|B_t|, d]
-        logits = torch.einsum("bd,bcd->bc", a, candidates[rows, :, t]) / temperature  # [|B_t|, C]
+        sims = torch.einsum("bd,bcd->bc", a, candidates[rows, :, t])  # [|B_t|, C]
+        logits = (sims if offset is None else sims + offset[rows]) / temperature
         logits = logits.masked_fill(~candidate_valid[rows, :, t], float("-inf"))
         total = total + F.cross_entropy(logits, target[rows], reduction="sum")
         weight += rows.numel()

@@ -54,6 +54,8 @@ class QueryItem:
     partner: int | None = None  # the pair partner among ``candidates`` (a hard negative)
     # per candidate: the frame tier's score (by q_sel where a selection query chose the candidates)
     frame_scores: list[float] = field(default_factory=list)
+    # per candidate: its best bank frame by q itself (max_c q · f_c, the served score's last term)
+    query_frame_scores: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +118,7 @@ def build_split(
         encoder = encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
         cache_file = (
             work
-            / f"moment-items-{seed}-{loaded.backbone.fingerprint}-{_plan_key(plan, candidates)}{_selection_key(selection)}.pt"
+            / f"moment-items-v2-{seed}-{loaded.backbone.fingerprint}-{_plan_key(plan, candidates)}{_selection_key(selection)}.pt"
         )
         if cache_file.exists():
             data = torch.load(cache_file, weights_only=False)
@@ -181,7 +183,7 @@ def _item(
 ) -> QueryItem:
     """One query's candidates (the frame tier's first by ``q_sel``, its own video and partner among
     them), the candidates it is true of, and their windows (by ``q_sel``)."""
-    q_np = q_sel.float().numpy()
+    q_np, own = q_sel.float().numpy(), q.float().numpy()
     relevance = {v.id: banks[v.id] @ q_np for v in videos}
     score = {k: float(r.max()) if r.size else float("-inf") for k, r in relevance.items()}
     ranked = sorted(score, key=lambda k: -score[k])
@@ -203,6 +205,7 @@ def _item(
         windows=windows,
         partner=chosen.index(partner) if partner is not None else None,
         frame_scores=[score[c] for c in chosen],
+        query_frame_scores=[float((banks[c] @ own).max()) if banks[c].size else 0.0 for c in chosen],
     )
 
 

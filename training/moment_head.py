@@ -41,6 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.config import DEFAULT_HEAD_FRAME_WEIGHT, DEFAULT_HEAD_SELECTION_WEIGHT
 from models.head import StreamingHead, StreamingHeadConfig, create_head, save_head
 from models.windows import WindowPlan, moment_plan
 from training.losses import LAMBDA_DISTILL, LAMBDA_STEP, distill_loss, final_loss, step_loss_conditioned
@@ -76,6 +77,13 @@ class MomentRecipe:
     init_temperature: float = 0.05
     lambda_step: float = LAMBDA_STEP
     lambda_distill: float = LAMBDA_DISTILL
+    # the score the head is trained to rank by: q · z_T + selection_weight · max_c q_sel · f_c +
+    # frame_weight · max_c q · f_c. With the weights it is served with (engine.search.cascade: 2 and
+    # 0.5) q · z_T would learn only what the frame bank does not tell; tried on development split 201,
+    # that head ranked worse by the served score (change within the pair 0.83 against 0.95, Hit@1 among
+    # the candidates 0.46 against 0.55: training/tiny_world/README.md), so it trains by q · z_T alone
+    selection_weight: float = 0.0
+    frame_weight: float = 0.0
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -119,6 +127,8 @@ class Batch:
     states_mask: torch.Tensor  # [B*C, S]
     target: torch.Tensor  # [B]
     valid: torch.Tensor  # [B, C] a real candidate (not padding)
+    selected: torch.Tensor  # [B, C] max_c q_sel · f_c of each candidate's bank
+    own: torch.Tensor  # [B, C] max_c q · f_c
     true_of: torch.Tensor  # [B, C]
     size: tuple[int, int]  # (B, C)
 
@@ -140,10 +150,13 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
     qmask = torch.zeros(b * c, s, dtype=torch.bool)
     valid = torch.zeros(b, c, dtype=torch.bool)
     true_of = torch.zeros(b, c, dtype=torch.bool)
+    selected, own = torch.zeros(b, c), torch.zeros(b, c)
     for i, item in enumerate(items):
         for j, (cand, ws) in enumerate(zip(item.candidates, item.windows, strict=True)):
             row = i * c + j
             valid[i, j], true_of[i, j] = True, item.true_of[j]
+            selected[i, j] = item.frame_scores[j] if item.frame_scores else 0.0
+            own[i, j] = item.query_frame_scores[j] if item.query_frame_scores else 0.0
             steps = ws if order is None else [ws[k] for k in order(i, j, len(ws))]
             for k, (a, z) in enumerate(steps):
                 tokens, mask, where = evidence[(cand, a, z)]
@@ -156,7 +169,13 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
             qmask[row, :n] = True
     q = torch.stack([i.q for i in items])
     target = torch.tensor([i.target for i in items])
-    return Batch(ev, emask, places, smask, q, states, qmask, target, valid, true_of, (b, c))
+    return Batch(ev, emask, places, smask, q, states, qmask, target, valid, selected, own, true_of, (b, c))
+
+
+def frame_terms(batch: Batch, recipe: MomentRecipe) -> torch.Tensor:
+    """[B, C] the served score's frame-bank terms: selection_weight · max_c q_sel · f_c + frame_weight ·
+    max_c q · f_c (engine.search.cascade adds them to q · z_T)."""
+    return recipe.selection_weight * batch.selected + recipe.frame_weight * batch.own
 
 
 def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
@@ -181,9 +200,10 @@ def batch_loss(head: StreamingHead, batch: Batch, recipe: MomentRecipe) -> dict[
     positive = torch.zeros_like(batch.valid)
     positive[rows, batch.target] = True
     exclude = ~batch.valid | (batch.true_of & ~positive)  # padding and co-positives (Eq. 11)
-    l_final = final_loss(batch.q, final, tau, exclude=exclude, target=batch.target)
+    offset = frame_terms(batch, recipe)
+    l_final = final_loss(batch.q, final, tau, exclude=exclude, target=batch.target, offset=offset)
     step_valid = step_mask & ~exclude[..., None]
-    l_step = step_loss_conditioned(batch.q, steps, step_valid, batch.target, tau)
+    l_step = step_loss_conditioned(batch.q, steps, step_valid, batch.target, tau, offset=offset)
     b, c, t, d = steps.shape
     l_distill = distill_loss(steps.reshape(b * c, t, d), step_mask.reshape(b * c, t))
     total = l_final + recipe.lambda_step * l_step + recipe.lambda_distill * l_distill
@@ -257,7 +277,7 @@ def train_head(train: list[Split], dev: list[Split], recipe: MomentRecipe, *, hi
         record = {"epoch": epoch + 1, "minutes": (time.perf_counter() - started) / 60,
                   **{k: float(v.detach()) for k, v in losses.items()}, "temperature": float(head.temperature.detach())}  # fmt: skip
         if dev and ((epoch + 1) % 5 == 0 or epoch + 1 == recipe.epochs):
-            record["dev"] = evaluate(head, dev)["head"]
+            record["dev"] = evaluate(head, dev, recipe=recipe)["head"]
         history.append(record)
         if log is not None:
             log.write(json.dumps(record) + "\n")
@@ -322,28 +342,48 @@ def _metrics(items: list[QueryItem], choose) -> dict:
     }
 
 
-def evaluate(head: StreamingHead, splits: list[Split], *, controls: bool = False) -> dict:
+def evaluate(head: StreamingHead, splits: list[Split], *, controls: bool = False,
+             recipe: MomentRecipe | None = None) -> dict:  # fmt: skip
     """The head against the frame tier on the same candidates; with ``controls`` Table 5's controls
-    and Table 6's partial readouts (after 25 / 50 / 75 / 100 % of the clips)."""
+    and Table 6's partial readouts (after 25 / 50 / 75 / 100 % of the clips). "head" (and every
+    control) ranks by the score ``recipe`` trains (q · z_T, plus ``frame_terms`` where the recipe
+    weighs them); "served" by the score the cascade serves, q · z_T + HEAD_SELECTION_WEIGHT ·
+    max_c q_sel · f_c + HEAD_FRAME_WEIGHT · max_c q · f_c (core.config), and "frame terms" by those
+    terms alone, no head."""
+    recipe = recipe or MomentRecipe()
     items = [i for s in splits for i in s.items]
     evidence = {k: v for s in splits for k, v in s.evidence.items()}
+
+    def bank(selection_weight: float, frame_weight: float):
+        def terms(item) -> np.ndarray:
+            n = len(item.candidates)
+            selected = np.asarray(item.frame_scores or [0.0] * n)
+            own = np.asarray(item.query_frame_scores or [0.0] * n)
+            return selection_weight * selected + frame_weight * own
+
+        return terms
+
+    trained = bank(recipe.selection_weight, recipe.frame_weight)
+    served = bank(DEFAULT_HEAD_SELECTION_WEIGHT, DEFAULT_HEAD_FRAME_WEIGHT)
+
+    def ranked(got, terms, pick=lambda s: s[-1]):
+        return lambda item, it=iter(got): np.asarray([pick(s) for s in next(it)]) + terms(item)
+
     full = scores(head, items, evidence)
     result = {
         "frame tier": _metrics(items, lambda item: np.asarray(item.frame_scores)),
-        "head": _metrics(items, lambda item, it=iter(full): np.asarray([s[-1] for s in next(it)])),
+        "head": _metrics(items, ranked(full, trained)),
+        "served": _metrics(items, ranked(full, served)),
+        "frame terms": _metrics(items, served),
     }
     if controls:
         for control in CONTROLS[1:]:
-            got = scores(head, items, evidence, control)
-            result[control] = _metrics(
-                items, lambda item, it=iter(got): np.asarray([s[-1] for s in next(it)])
-            )
+            result[control] = _metrics(items, ranked(scores(head, items, evidence, control), trained))
         for share in (0.25, 0.5, 0.75):
-
-            def partial(item, it=iter(full), share=share):
-                return np.asarray([s[max(0, math.ceil(share * len(s)) - 1)] for s in next(it)])
-
-            result[f"after {round(100 * share)} %"] = _metrics(items, partial)
+            result[f"after {round(100 * share)} %"] = _metrics(
+                items,
+                ranked(full, trained, pick=lambda s, share=share: s[max(0, math.ceil(share * len(s)) - 1)]),
+            )
     return result
 
 

@@ -23,6 +23,7 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from core.config import DEFAULT_HEAD_FRAME_WEIGHT, DEFAULT_HEAD_SELECTION_WEIGHT
     from training.moment_head import MomentRecipe
 
     r = MomentRecipe()
@@ -39,6 +40,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=r.epochs, help="passes over the training queries")
     p.add_argument("--lr", type=float, default=r.lr, help="AdamW learning rate (cosine to 0)")
     p.add_argument("--seed", type=int, default=r.seed, help="the head's initialisation and batch order")
+    p.add_argument("--selection-weight", type=float, default=r.selection_weight,
+                   help="train the head's score beside this times each candidate's best frame by the "
+                   f"selection query (served: {DEFAULT_HEAD_SELECTION_WEIGHT:g}; default {r.selection_weight:g}: q · z_T alone)")  # fmt: skip
+    p.add_argument(
+        "--frame-weight",
+        type=float,
+        default=r.frame_weight,
+        help=f"... and this times its best frame by the query (served: {DEFAULT_HEAD_FRAME_WEIGHT:g}; "
+        f"default {r.frame_weight:g})",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch threads")
 
 
@@ -57,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     recipe = dataclasses.replace(
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
-        lr=args.lr, seed=args.seed,
+        lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
     )  # fmt: skip
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
     work.mkdir(parents=True, exist_ok=True)
@@ -79,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                                    max_evidence=_index_m(model, max_evidence), log=log)  # fmt: skip
     train_s = time.perf_counter() - started - data_s
     router = train_router(train, dev, seed=recipe.seed)
-    measured = evaluate(head, dev, controls=True)
+    measured = evaluate(head, dev, controls=True, recipe=recipe)
     record = {
         "recipe": recipe.to_dict(),
         "backbone": model.name,

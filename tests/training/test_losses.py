@@ -65,6 +65,22 @@ def test_final_loss_conditioned():
     assert got.item() == pytest.approx(want, abs=1e-12)
 
 
+def test_final_and_step_losses_add_the_offset_before_the_temperature():
+    """The rerank head trains beside the frame bank's terms (training.moment_head.frame_terms): the
+    logits are (q · b_ij + offset_ij) / tau, at the final readout and at every step."""
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    cands = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=torch.float64)
+    offset = torch.tensor([[0.0, 1.5, 0.2]], dtype=torch.float64)
+    want = _ce([2 * 1.0, 2 * 1.5, 2 * 0.8], 0)
+    assert final_loss(q, cands, 0.5, target=torch.tensor([0]), offset=offset).item() == pytest.approx(
+        want, abs=1e-12
+    )
+    steps = cands[:, :, None, :]  # [1, 3, 1, 2]
+    valid = torch.ones(1, 3, 1, dtype=torch.bool)
+    got = step_loss_conditioned(q, steps, valid, torch.tensor([0]), 0.5, offset=offset)
+    assert got.item() == pytest.approx(want, abs=1e-12)
+
+
 def test_step_loss_reindexes_targets_within_valid_subset():
     # 3 pairs, 2 steps; pair 1 has no step-2 readout. Text queries are reused at every step.
     q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=torch.float64)

@@ -141,9 +141,16 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
         q = engine.encoder.embed_queries([item.text])[0].float()
         request = TierRequest(query=item.text, q=q, frames=32, seed=0, stats=RerankStats(), clock=_Clock(),
                               select_q=selection(q))  # fmt: skip
-        engine.searcher.cascade.frame_tier.run(request, hits)  # as served: the frame tier reads q first
+        frame_tier = engine.searcher.cascade.frame_tier
+        frame_tier.run(request, hits)  # as served: the frame tier reads q first
+        # the frame-bank terms the head trained beside (training.moment_head.frame_terms) are the ones
+        # the cascade adds to its score: max_c q_sel · f_c and max_c q · f_c of each candidate
+        selected = dict(zip(item.candidates, frame_tier.scores(hits, request.select_vec), strict=True))
+        own = {c: h.frame_score for c, h in zip(item.candidates, hits, strict=True)}
         served = {h.video_id: h.score for h in engine.searcher.reranker.run(request, hits)}
-        for cand, want in zip(item.candidates, trained, strict=True):
+        for j, (cand, want) in enumerate(zip(item.candidates, trained, strict=True)):
             assert served[cand.split("/", 1)[1]] == pytest.approx(float(want), abs=2e-3)
+            assert item.frame_scores[j] == pytest.approx(selected[cand], abs=2e-3)
+            assert item.query_frame_scores[j] == pytest.approx(own[cand], abs=2e-3)
     finally:
         engine.close()

@@ -72,6 +72,9 @@ def test_the_shipped_rerank_head_reads_moments_with_its_router_and_selection_que
     record = json.loads((shipped / "training.json").read_text())
     assert record["recipe"]["windows"] == recipe.windows.to_dict()
     assert record["recipe"]["epochs"] == recipe.epochs and record["recipe"]["dropout"] == recipe.dropout
+    # the score it was trained to rank by (the frame-bank terms beside q · z_T; none in older records)
+    for name in ("selection_weight", "frame_weight"):
+        assert record["recipe"].get(name, 0.0) == getattr(recipe, name)
     assert record["selection"]["held-out changes: q_sel names a right event first"] >= 0.8
     # a copy of the checkpoint serves it: the digest covers it
     copy = current_tiny_world_checkpoint(tmp_path / "tw")
