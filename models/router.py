@@ -40,12 +40,21 @@ __all__ = [
     "SELECTION_FILENAME",
     "Router",
     "SelectionQuery",
+    "frame_evidence",
     "load_router",
     "load_selection",
 ]
 
 ROUTER_FILENAME = "router.json"
 SELECTION_FILENAME = "selection.safetensors"
+
+
+def frame_evidence(selected, own, selection_weight: float, frame_weight: float):
+    """The frame bank's terms of a rerank head's score, s = q · z_T + selection_weight · max_c q_sel · f_c
+    + frame_weight · max_c q · f_c: ``selected`` the candidate's best frame under q_sel, ``own`` under q
+    (floats, arrays or tensors alike). The cascade adds them where it serves the head
+    (engine.search.cascade); training can rank by the same sum (training.moment_head)."""
+    return selection_weight * selected + frame_weight * own
 
 
 @dataclass(frozen=True)

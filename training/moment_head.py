@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from core.config import DEFAULT_HEAD_FRAME_WEIGHT, DEFAULT_HEAD_SELECTION_WEIGHT
 from models.head import StreamingHead, StreamingHeadConfig, create_head, save_head
+from models.router import frame_evidence
 from models.windows import WindowPlan, moment_plan
 from training.losses import LAMBDA_DISTILL, LAMBDA_STEP, distill_loss, final_loss, step_loss_conditioned
 from training.moment_data import QueryItem, Split
@@ -155,8 +156,7 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
         for j, (cand, ws) in enumerate(zip(item.candidates, item.windows, strict=True)):
             row = i * c + j
             valid[i, j], true_of[i, j] = True, item.true_of[j]
-            selected[i, j] = item.frame_scores[j] if item.frame_scores else 0.0
-            own[i, j] = item.query_frame_scores[j] if item.query_frame_scores else 0.0
+            selected[i, j], own[i, j] = item.frame_scores[j], item.query_frame_scores[j]
             steps = ws if order is None else [ws[k] for k in order(i, j, len(ws))]
             for k, (a, z) in enumerate(steps):
                 tokens, mask, where = evidence[(cand, a, z)]
@@ -170,12 +170,6 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
     q = torch.stack([i.q for i in items])
     target = torch.tensor([i.target for i in items])
     return Batch(ev, emask, places, smask, q, states, qmask, target, valid, selected, own, true_of, (b, c))
-
-
-def frame_terms(batch: Batch, recipe: MomentRecipe) -> torch.Tensor:
-    """[B, C] the served score's frame-bank terms: selection_weight · max_c q_sel · f_c + frame_weight ·
-    max_c q · f_c (engine.search.cascade adds them to q · z_T)."""
-    return recipe.selection_weight * batch.selected + recipe.frame_weight * batch.own
 
 
 def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
@@ -200,7 +194,7 @@ def batch_loss(head: StreamingHead, batch: Batch, recipe: MomentRecipe) -> dict[
     positive = torch.zeros_like(batch.valid)
     positive[rows, batch.target] = True
     exclude = ~batch.valid | (batch.true_of & ~positive)  # padding and co-positives (Eq. 11)
-    offset = frame_terms(batch, recipe)
+    offset = frame_evidence(batch.selected, batch.own, recipe.selection_weight, recipe.frame_weight)
     l_final = final_loss(batch.q, final, tau, exclude=exclude, target=batch.target, offset=offset)
     step_valid = step_mask & ~exclude[..., None]
     l_step = step_loss_conditioned(batch.q, steps, step_valid, batch.target, tau, offset=offset)
@@ -346,8 +340,8 @@ def evaluate(head: StreamingHead, splits: list[Split], *, controls: bool = False
              recipe: MomentRecipe | None = None) -> dict:  # fmt: skip
     """The head against the frame tier on the same candidates; with ``controls`` Table 5's controls
     and Table 6's partial readouts (after 25 / 50 / 75 / 100 % of the clips). "head" (and every
-    control) ranks by the score ``recipe`` trains (q · z_T, plus ``frame_terms`` where the recipe
-    weighs them); "served" by the score the cascade serves, q · z_T + HEAD_SELECTION_WEIGHT ·
+    control) ranks by the score ``recipe`` trains (q · z_T, plus the frame bank's terms,
+    models.router.frame_evidence, where the recipe weighs them); "served" by the score the cascade serves, q · z_T + HEAD_SELECTION_WEIGHT ·
     max_c q_sel · f_c + HEAD_FRAME_WEIGHT · max_c q · f_c (core.config), and "frame terms" by those
     terms alone, no head."""
     recipe = recipe or MomentRecipe()
@@ -355,13 +349,9 @@ def evaluate(head: StreamingHead, splits: list[Split], *, controls: bool = False
     evidence = {k: v for s in splits for k, v in s.evidence.items()}
 
     def bank(selection_weight: float, frame_weight: float):
-        def terms(item) -> np.ndarray:
-            n = len(item.candidates)
-            selected = np.asarray(item.frame_scores or [0.0] * n)
-            own = np.asarray(item.query_frame_scores or [0.0] * n)
-            return selection_weight * selected + frame_weight * own
-
-        return terms
+        return lambda item: frame_evidence(
+            np.asarray(item.frame_scores), np.asarray(item.query_frame_scores), selection_weight, frame_weight
+        )
 
     trained = bank(recipe.selection_weight, recipe.frame_weight)
     served = bank(DEFAULT_HEAD_SELECTION_WEIGHT, DEFAULT_HEAD_FRAME_WEIGHT)

@@ -61,6 +61,7 @@ from core.config import SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
 from engine.tiers import RerankStats, TierRequest
+from models.router import frame_evidence
 from models.selection import query_key
 
 __all__ = ["Cascade", "CascadePolicy", "Route", "Signals"]
@@ -181,8 +182,8 @@ class Cascade:
         (``state.select_frames``): not for a query the time head reads (an order or a count: its route
         comes first), where a shortlist widened by q_sel's best frames let the frame tier put a video
         of grey haystack first for "a white triangle appears before the screen goes grey"
-        (tests/engine/test_time_routing.py); such a query's events instead (``state.event_q``: stage 1
-        ranks the frame banks by its weakest event's best frame)."""
+        (tests/engine/test_time_routing.py); such a query's events instead (``state.events``, embedded
+        once: stage 1 ranks the frame banks by its weakest event's best frame, the time tier reads them)."""
         p = state.params
         if (p.mode != SearchMode.RERANK or not p.heavy or not self.moments or self.router is None
                 or p.image is not None or state.seen_text is None):  # fmt: skip
@@ -194,8 +195,8 @@ class Cascade:
             state.select_frames = plan is None
             if plan is not None:  # stage 1 ranks the frame banks by its weakest event instead
                 with state.clock.stage("query_embed"):
-                    state.event_q = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
-                state.events = tuple(plan.events)
+                    embedded = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
+                state.events = (tuple(plan.events), embedded)
 
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
@@ -236,13 +237,12 @@ class Cascade:
             state.outcome.route += (
                 "; stage 1 shortlisted by the query and its selection query"
                 + ("'s videos and best frames" if state.select_frames else "")
-                + (", and every event's best frames," if state.event_q is not None else "")
+                + (", and every event's best frames," if state.event_frames else "")
                 + " in turn"
             )
         if route.tier == TIME:  # order or count: the time head reads every candidate (engine.tiers.timehead)
             state.outcome.rerank_embedder = self.time_tier.name
-            if state.event_q is not None:  # embedded before stage 1: the time tier reads them again
-                request.events = (state.events, state.event_q)
+            request.events = state.events  # embedded before stage 1 (None: the time tier embeds them)
             frame = list(hits)
             return self._keep_time_unless_shown(
                 state, frame, self.time_tier.run(request, hits, signals.time_plan)
@@ -266,8 +266,9 @@ class Cascade:
         name = self.reranker.name
         for hit in ranked:
             if hit.tier == name:
-                selected, own = shows[hit.video_id], hit.frame_score or 0.0
-                hit.score += self.selection_weight * selected + self.frame_weight * own
+                hit.score += frame_evidence(
+                    shows[hit.video_id], hit.frame_score or 0.0, self.selection_weight, self.frame_weight
+                )
         return heavy_first(ranked, name)
 
     def _keep_unless_stronger(

@@ -116,10 +116,9 @@ class Stage1:
         state.select_frames = state.select_frames and self.frame_scan  # what ran: the route says so
         if state.select_frames:
             rankings.append(self.index.frame_search(sel, k, allowed_ids=state.allowed))
-        if state.event_q is not None and not self.frame_scan:
-            state.event_q = None
-        if state.event_q is not None:  # an order or a count: by its weakest event's best frame
-            rankings.append(self.index.frame_search(state.event_q, k, allowed_ids=state.allowed))
+        state.event_frames = state.events is not None and self.frame_scan
+        if state.event_frames:  # an order or a count: by its weakest event's best frame
+            rankings.append(self.index.frame_search(state.events[1], k, allowed_ids=state.allowed))
         turns = (item[0] for turn in zip_longest(*rankings) for item in turn if item is not None)
         order = list(dict.fromkeys(turns))[:k]  # distinct, in turn
         score = dict(found)

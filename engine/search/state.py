@@ -45,10 +45,12 @@ class SearchState:
     # ... and whether stage 1 also ranks every video by q_sel's best bank frame (a query for the
     # streaming head: within one event; a query the time head reads keeps q's and q_sel's FAISS rankings)
     select_frames: bool = False
-    # ... or, for an order or a count the time head reads, its events' embeddings [E, d]: stage 1 also
-    # ranks every video by the weakest event's best bank frame (whether it shows every event at all)
-    event_q: np.ndarray | None = None
-    events: tuple[str, ...] = ()  # ... the event phrases ``event_q`` embeds (the time tier reuses them)
+    # ... or, for an order or a count the time head reads, its event phrases and their embeddings [E, d]
+    # (embedded once: the time tier reads them, engine.tiers.base.TierRequest.events) ...
+    events: tuple[tuple[str, ...], np.ndarray] | None = None
+    # ... and whether stage 1 also ranked every video by their weakest event's best bank frame (whether
+    # it shows every event at all; where the frame scan serves)
+    event_frames: bool = False
 
     @classmethod
     def begin(

@@ -221,3 +221,20 @@ def test_stage1_scans_the_frame_banks_only_where_they_fit_in_memory(collection, 
     )
     out = engine.search_sync({"query": query, "top_k": 3})
     assert "selection query in turn" in out.route and "best frames" not in out.route, out.route
+    # ... nor an order's, whose events are still embedded once (before stage 1), the time tier reading them
+    time_tier = engine.searcher.cascade.time_tier
+    query, plan = next(
+        (text, time_tier.plan(text))
+        for text, _ in corpus.queries("order")
+        if time_tier.plan(text) is not None
+        and router.probability(engine.encoder.embed_queries([text]).float()[0]) >= router.threshold
+    )
+    embedded, embed = [], time_tier.encoder.embed_queries
+    monkeypatch.setattr(
+        time_tier.encoder,
+        "embed_queries",
+        lambda texts, *a, **k: embedded.append(list(texts)) or embed(texts, *a, **k),
+    )
+    out = engine.search_sync({"query": query, "top_k": 3})
+    assert embedded.count(list(plan.events)) == 1, (query, embedded)
+    assert "selection query in turn" in out.route and "best frames" not in out.route, out.route
