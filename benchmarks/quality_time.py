@@ -11,6 +11,10 @@ once. Every pair video's query is searched
                       partner (chance 0.5; the partner holds the same frames, or the same events)
     over the collection  no filter: the share whose first result is a video the query is true of
                       (world.meaning: the right video, or another that shows what it asks)
+    min_score tells   within the pair again: the share whose right video's shown ``relevance`` reaches
+                      MIN_RELEVANCE and whose partner's falls below it (whether ``min_score`` at the
+                      documented threshold keeps the right one and cuts the other; the partner shows
+                      the same frames or events, so a relevance from frames alone keeps both)
 
 in every mode of the benchmark, and once more as the **hand rule**: the frame tier's ranking
 reordered by benchmarks.hand_rule (the strongest free rule over per-frame scores). Each search's
@@ -29,6 +33,7 @@ RULE = "hand rule over per-frame scores"
 TIME_METRICS = tuple(
     [(f"{k}_pair", f"{k} pair %", True) for k in TIME_KINDS]
     + [(f"{k}_all", f"{k} Hit@1 %", True) for k in TIME_KINDS]
+    + [(f"{k}_tells", f"{k} min_score tells %", True) for k in TIME_KINDS]
     + [("time_ms", "time p50 ms", False)]
 )
 
@@ -76,6 +81,7 @@ def time_rows(engine, corpus, request: dict, args, *, rule: bool = False) -> dic
     """The time columns of one mode (its search ``request``), or of the hand rule over the frame
     tier's ranking (``rule``)."""
     from benchmarks.hand_rule import rule_rerank
+    from core.config import MIN_RELEVANCE
     from world.meaning import meaning_of
 
     truth = corpus.by_id()
@@ -95,6 +101,11 @@ def time_rows(engine, corpus, request: dict, args, *, rule: bool = False) -> dic
                     if set(ids) != {right, partner}:
                         raise SystemExit(f"a search restricted to the pair {group} found {sorted(ids)}")
                     rows[f"{kind}_pair"].append(float(ids.index(right) < ids.index(partner)))
+                    if not rule:  # the hand rule reorders hits and has no relevance of its own
+                        shown = {h.video_id: h.relevance for h in hits}
+                        rows[f"{kind}_tells"].append(float(
+                            shown[right] is not None and shown[right] >= MIN_RELEVANCE
+                            and (shown[partner] is None or shown[partner] < MIN_RELEVANCE)))  # fmt: skip
                 else:
                     rows[f"{kind}_all"].append(float(bool(ids) and meaning.true_of(truth[ids[0]])))
                     rows["time_ms"].append(ms)

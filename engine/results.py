@@ -63,6 +63,9 @@ class Hit:
     # -- a query about time (engine.tiers.timehead) ----------------------------------------------------
     events: np.ndarray | None = None  # [S, d] the query's event embeddings
     event_peaks: np.ndarray | None = None  # [S] max_t p_k · f_t over the bank, for each event
+    # P(it shows the order or number asked | it shows the events): the time head's calibrated
+    # confidence (models.time_head.TimeHead.confidence); None where the head has none
+    time_confidence: float | None = None
     # -- computed once a search and shared by its stages -------------------------------------------------
     # v·f_c over the video's frame bank, per query vector v (q, and a selection query's q_sel where one
     # serves): engine.moments.bank_relevance

@@ -16,6 +16,16 @@ such a memory, kept small and trained on what the backbone already sees well (si
     y_t     =  w · H_t + b                                    a readout after every step (Eq. 9-10);
                                                               the candidate's score is y_T
 
+and, where the head was calibrated (``calibration``: (a_c, b_c) per condition c, fitted by
+training.time_head.calibrate on rendered pairs the head never trained on; Platt scaling),
+
+    P(the video shows the order or number asked | it shows the events)  =  sigmoid(a_c · y_T + b_c)
+
+which the search answer folds into a result's relevance (engine.search.evidence): y_T ranks the
+candidates of one query, this says whether the one read holds what is asked. Each condition has
+its own pair because training fixes no score's level, only its order among one query's candidates:
+on the shipped head's held-out render an order's right videos read about 10 and a twice's about -3.
+
 The per-video median makes x_t the frame's relevance above the video's own background, so a
 haystack that matches an event phrase a little everywhere does not look like a showing. The score
 lives in one space for one query: every candidate of a ranking is read by the same head under the
@@ -66,11 +76,24 @@ class TimeHeadConfig:
     # recorded by training: the backbone the event embeddings and frame banks came from
     backbone: str | None = None
     trained: dict = field(default_factory=dict)  # data, steps, seed, validation numbers
+    # condition -> (a, b): P(what is asked holds | the events show) = sigmoid(a · y_T + b); None or a
+    # condition left out: not calibrated
+    calibration: dict[str, tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         self.conditions = tuple(self.conditions)
         if self.hidden < 1 or self.max_events < 1 or not self.conditions:
             raise ValueError("a time head needs hidden >= 1, max_events >= 1 and one condition at least")
+        if self.calibration is not None:
+            fitted = {}
+            for condition, pair in dict(self.calibration).items():
+                a, b = (float(v) for v in pair)
+                if condition not in self.conditions or not (np.isfinite(a) and np.isfinite(b) and a > 0):
+                    raise ValueError(
+                        f"a time head's calibration maps each of its conditions to (a > 0, b), got {condition!r}: {pair!r}"
+                    )
+                fitted[condition] = (a, b)
+            self.calibration = fitted
 
     def supports(self, condition: str, events: int) -> bool:
         return condition in self.conditions and 1 <= events <= self.max_events
@@ -133,6 +156,18 @@ class TimeHead(nn.Module):
             else:
                 out.append((float(final[i]), steps[i, :n].numpy().copy()))
         return out
+
+    def confidence(self, score: float, condition: str) -> float | None:
+        """sigmoid(a_c · y_T + b_c): how likely a candidate with final readout ``score`` under
+        ``condition`` shows the order or number asked, given that it shows the events (module
+        docstring); None where the head has no calibration for ``condition``."""
+        fitted = (self.config.calibration or {}).get(condition)
+        if fitted is None:
+            return None
+        if not np.isfinite(score):  # an empty bank: nothing seen
+            return 0.0
+        a, b = fitted
+        return float(1.0 / (1.0 + np.exp(-np.clip(a * score + b, -60.0, 60.0))))
 
 
 def pad(relevance: list[np.ndarray], max_events: int) -> tuple[Tensor, Tensor]:

@@ -391,7 +391,9 @@ class SearchResult(BaseModel):
         None,
         description="whether the video holds what the query describes, 0..1, comparable across results, tiers "
         f"and queries: its best frame's cosine with the query against the query's score on typical frames of "
-        f"this collection (found by what is said: the larger of that and its cue's share of the query's words); "
+        f"this collection (found by what is said: the larger of that and its cue's share of the query's words; "
+        "ranked by the time head, `tier` `time`: its weakest event's, times the head's calibrated confidence "
+        "that the events show in the order or number asked); "
         f'below {MIN_RELEVANCE} the page says "no good match" (`min_score` filters on it). Along an answer it '
         "never rises from one result to the next: each result shows the least of its own and those ranked "
         "above it, so it never contradicts the order shown",

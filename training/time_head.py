@@ -20,6 +20,15 @@ teacher is the detached final-step embedding of the same trajectory): the head's
 not an embedding, so what is distilled is the listwise distribution the final readouts give over a
 query's candidates, KL(softmax(sg(y_T)) || softmax(y_t)).
 
+Calibrated on a render the head never trained on (``calibrate``): y_T ranks one query's candidates,
+and a result's relevance must also say whether the one read holds what is asked. The right video of
+each pair is a positive and its partner (the same events, in the other order or another number of
+times) a negative; a_c and b_c of sigmoid(a_c · y_T + b_c) are fitted for each condition c (order,
+once, twice, three times: training fixes no score's level, only its order among one query's
+candidates, and the levels differ by condition) by Platt's method (logistic regression on y_T with
+the targets (N+ + 1) / (N+ + 2) and 1 / (N- + 2), which keeps a finite slope where the scores
+separate the pairs), and the head serves it (models.time_head.TimeHead.confidence).
+
 Measured on a held-out render (another seed): pair accuracy (the right video above its partner;
 chance 0.5), Hit@1 over the whole split, and the Table 5 controls of §A.6 applied at inference:
 shuffled and reversed frames, reset memory (the memory restarts from H_0 before every frame and
@@ -47,6 +56,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TimeQueryItem",
     "TimeSplit",
+    "calibrate",
     "evaluate",
     "hold_out",
     "load_pairs",
@@ -390,6 +400,62 @@ def evaluate(head: TimeHead, split: TimeSplit, controls=("full",)) -> dict[str, 
             "queries": len(split.queries),
         }
     return out
+
+
+def calibrate(head: TimeHead, split: TimeSplit, *, iterations: int = 100) -> dict:
+    """Fit ``head.config.calibration``, (a_c, b_c) for each condition c, on ``split``'s pairs (module
+    docstring) and return per condition what it was fitted on: the pairs, a and b, the log loss, and
+    the share of pairs it separates (the right video's confidence at least 0.5, its partner's below).
+    A condition without pairs in ``split`` is left uncalibrated (served without a confidence)."""
+    pairs: dict[str, tuple[list[float], list[float]]] = {}
+    for item in split.queries:
+        if item.partner:
+            s = scores(head, item, [item.right, item.partner])
+            right, partner = pairs.setdefault(item.condition, ([], []))
+            right.append(s[0])
+            partner.append(s[1])
+    if not pairs:
+        raise ValueError(
+            "calibrating a time head needs queries with a partner (a video with the same events)"
+        )
+    fitted, record = {}, {}
+    for condition, (right, partner) in sorted(pairs.items()):
+        a, b, log_loss = _platt(np.array(right), np.array(partner), iterations)
+        if a <= 0:
+            raise ValueError(
+                f"the head's scores rank partners above the right videos on this render ({condition}: slope {a:.3g})"
+            )
+        fitted[condition] = (a, b)
+        record[condition] = {"pairs": len(right), "a": a, "b": b, "log_loss": log_loss}
+    head.config.calibration = fitted
+    for condition, (right, partner) in pairs.items():
+        told = [head.confidence(r, condition) >= 0.5 > head.confidence(q, condition) for r, q in zip(right, partner, strict=True)]  # fmt: skip
+        record[condition]["separated"] = float(np.mean(told))
+    return record
+
+
+def _platt(right: np.ndarray, partner: np.ndarray, iterations: int) -> tuple[float, float, float]:
+    """(a, b, log loss) of sigmoid(a y + b) fitted to the right videos' scores (positives) and their
+    partners' (negatives) with Platt's targets (N+ + 1) / (N+ + 2) and 1 / (N- + 2)."""
+    right, partner = right[np.isfinite(right)], partner[np.isfinite(partner)]
+    y = torch.tensor(np.concatenate([right, partner]), dtype=torch.float64)
+    n_pos, n_neg = len(right), len(partner)
+    target = torch.tensor(
+        [(n_pos + 1) / (n_pos + 2)] * n_pos + [1 / (n_neg + 2)] * n_neg, dtype=torch.float64
+    )
+    spread = float(y.std()) if len(y) > 1 else 1.0
+    params = torch.tensor([1.0 / max(spread, 1e-3), 0.0], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([params], max_iter=iterations, line_search_fn="strong_wolfe")
+
+    def loss():
+        opt.zero_grad()
+        value = F.binary_cross_entropy_with_logits(params[0] * y + params[1], target)
+        value.backward()
+        return value
+
+    opt.step(loss)
+    a, b = (float(v) for v in params.detach())
+    return a, b, float(loss().detach())
 
 
 def merge(splits: list[TimeSplit]) -> TimeSplit:

@@ -4,7 +4,8 @@ Every value here comes from the frame bank's relevance q·f_c (engine.moments.ba
 computed once a search per hit) and one rule for every mode and tier:
 
 - **relevance** (engine.relevance): a result's best frame against the collection's null sample, the
-  0..1 value ``min_score`` filters on (a time-tier hit: its weakest event's);
+  0..1 value ``min_score`` filters on (a time-tier hit: its weakest event's, times the time head's
+  confidence that the events show in the order or number asked, engine.tiers.timehead.time_relevance);
 - **evidence**: the frames a heavy tier selected or, for a result none re-encoded, its bank's top
   K' frames by relevance, chronological;
 - **moment**: the run of bank frames around the relevance peak above half-way from the video's
@@ -36,7 +37,7 @@ from engine.search.request import SearchParams
 from engine.search.stage1 import STAGE2_MODES
 from engine.spoken import combined_relevance
 from engine.tiers.frame import frame_score
-from engine.tiers.timehead import weakest_event_relevance
+from engine.tiers.timehead import time_relevance
 
 __all__ = ["MAX_CLIPS_PER_VIDEO", "Evidence"]
 
@@ -59,8 +60,8 @@ class Evidence:
         return self.null_sample.median(q_vec)
 
     def visual_relevance(self, q_vec: np.ndarray, hit: Hit) -> float | None:
-        if hit.events is not None:  # a query about time: its weakest event's (each must be shown)
-            return weakest_event_relevance(hit, self.null)
+        if hit.events is not None:  # a query about time: its weakest event's, times the head's confidence
+            return time_relevance(hit, self.null)
         if hit.peak is None:
             rel = bank_relevance(self.index, hit, q_vec)
             hit.peak = float(rel.max()) if rel.size else None

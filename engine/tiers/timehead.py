@@ -59,9 +59,11 @@ class TimeTier(Tier):
                 hit.score = score
                 hit.reranked = True
                 hit.tier = self.name
-                # its relevance is its weakest event's (engine.search.evidence): each event's best frame
+                # its relevance is its weakest event's (engine.search.evidence: each event's best frame)
+                # times the head's confidence that they show in the order or number asked
                 hit.events = events
                 hit.event_peaks = r.max(axis=0) if len(r) else None
+                hit.time_confidence = self.head.confidence(score, plan.condition)
                 hit.moment = time_moment(bank, x, plan, hit.record)
                 hit.moment_source = None if hit.moment is None else self.name
         ranked = ordered(hits)
@@ -95,6 +97,21 @@ def time_moment(bank, x: np.ndarray, plan: TimeQuery, record) -> tuple[float, fl
         return None
     spans = [run_span(r, bank.timestamps, 1.0 / fps, duration) for r in runs]
     return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def time_relevance(hit: Hit, null_of) -> float | None:
+    """A time-tier hit's relevance (engine.relevance): whether it shows every event, each event's best
+    bank frame against that event's own null (:func:`weakest_event_relevance`), and in the order or
+    number asked, the time head's calibrated confidence (models.time_head.TimeHead.confidence):
+
+        relevance = min_k relevance(max_t p_k · f_t, null(p_k)) · sigmoid(a_c · y_T + b_c)
+
+    (the confidence left out where the head has none). Without the confidence a video that shows the
+    events in the other order, or once where twice is asked, would read as fully relevant."""
+    weakest = weakest_event_relevance(hit, null_of)
+    if weakest is None or hit.time_confidence is None:
+        return weakest
+    return weakest * hit.time_confidence
 
 
 def weakest_event_relevance(hit: Hit, null_of) -> float | None:

@@ -13,7 +13,10 @@ index them (`indexer build`), write one JSON line per labelled query,
 `qaslr train-time-head OUT --model YOUR_BACKBONE --index INDEX --pairs pairs.jsonl`; a share of the
 queries (--val-share), or the queries of --held-out, is measured. It reports pair accuracy (right
 video above its partner; chance 0.5), Hit@1 over the split, and the Table 5 controls (shuffled, reversed, reset memory, last frame
-only). OUT/time_head.json records the settings and those numbers. The weights shipped in
+only). The head's confidence (that a video shows the order or number asked, which a result's relevance
+carries) is then fitted on the held-out queries' pairs (training.time_head.calibrate); `--calibrate HEAD`
+fits it for a head already trained, its weights untouched, and writes both to OUT.
+OUT/time_head.json records the settings and those numbers. The weights shipped in
 training/tiny_world/time_head/ are this command with its defaults (training/README.md, "The time
 head", gives the time it takes). Serve a head with QASLR_TIME_HEAD=OUT, or put it in a checkpoint's
 time_head/ folder, which is served by default."""
@@ -41,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=int, default=64,
                    help="videos of --index each of your queries is ranked against (its own, its partner, others)")  # fmt: skip
     p.add_argument("--head", default=None, help="the streaming head --index was built with, if any")
+    p.add_argument("--calibrate", default=None, metavar="HEAD",
+                   help="train nothing: fit the confidence of HEAD (a trained time head's folder) on the held-out "
+                   "queries and write it with HEAD's weights to OUT")  # fmt: skip
     train, held = TRAIN_RENDER, HELD_OUT_RENDER  # training/time_renders.py
     p.add_argument(
         "--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS), help="renders to train on"
@@ -96,9 +102,11 @@ def run(args: argparse.Namespace) -> int:
     from core.errors import ConfigurationError
     from indexer.store.format import IndexMismatchError
     from models.backbone import checkpoint_fingerprint
+    from models.time_head import load_time_head
     from training.time_head import (
         CONTROLS,
         RULE,
+        calibrate,
         evaluate,
         hold_out,
         load_pairs,
@@ -111,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
     if (args.index is None) != (args.pairs is None):
         print("error: --index and --pairs go together: your index and your labelled queries over it")
         return 2
+    trained_head = None
+    if args.calibrate is not None:
+        try:
+            trained_head = load_time_head(args.calibrate)
+        except ValueError as exc:
+            print(f"error: --calibrate: {exc}")
+            return 2
     torch.set_num_threads(args.threads)
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-time-head")
     work.mkdir(parents=True, exist_ok=True)
@@ -120,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
         from training.backbone import current_tiny_world_checkpoint
 
         model = current_tiny_world_checkpoint(work / "tiny-world")
+    if trained_head is not None and trained_head.config.backbone not in (None, checkpoint_fingerprint(model)):
+        print("error: --calibrate: the head was trained on another backbone than --model's "
+              f"({trained_head.config.backbone}, not {checkpoint_fingerprint(model)})")  # fmt: skip
+        return 2
     t0 = time.perf_counter()
     if args.pairs is not None:
         index, head_dir = Path(args.index), Path(args.head) if args.head else None
@@ -139,19 +158,29 @@ def run(args: argparse.Namespace) -> int:
         train = merge([
             load_split(work, seed, model, order_pairs=args.order_pairs, count_pairs=args.count_pairs,
                        count3_pairs=args.count3_pairs, singles=args.singles, **lengths)
-            for seed in args.train_seeds
+            for seed in ([] if trained_head is not None else args.train_seeds)
         ])  # fmt: skip
         val = load_split(work, args.val_seed, model, order_pairs=args.val_pairs, count_pairs=args.val_pairs,
                          count3_pairs=args.val_count3_pairs, singles=args.val_singles, min_s=args.val_min_s,
                          max_s=args.val_max_s)  # fmt: skip
     data_s = time.perf_counter() - t0
     print(f"data: {len(train.queries)} training queries, {len(val.queries)} held-out ({data_s:.0f} s)")
+    if trained_head is not None:
+        on = (f"the held-out queries of {Path(args.held_out or args.pairs).name}" if args.pairs is not None
+              else f"the held-out render, seed {args.val_seed}")  # fmt: skip
+        return _calibrate_only(trained_head, val, Path(args.out), data_s, on)
     t1 = time.perf_counter()
     head = train_time_head(train, steps=args.steps, step_weight=args.step_weight,
                            distill_weight=args.distill_weight, hidden=args.hidden,
                            seed=args.seed, augment=args.augment, val=val)  # fmt: skip
     train_s = time.perf_counter() - t1
     measured = evaluate(head, val, (*CONTROLS, RULE))
+    try:
+        calibration = {"on": "the held-out queries", "fitted": calibrate(head, val)}
+        print(_calibrated(calibration["fitted"]))
+    except ValueError as exc:  # held-out queries without partners: served without a confidence
+        calibration = {"skipped": str(exc)}
+        print(f"not calibrated: {exc}")
     print(f"{'held-out':<18} {'pair':>6} {'order':>6} {'count':>6} {'Hit@1':>6}")
     for control, m in measured.items():
         print(f"{control:<18} {m['pair']:6.3f} {m['order']:6.3f} {m['count']:6.3f} {m['hit@1']:6.3f}")
@@ -168,7 +197,42 @@ def run(args: argparse.Namespace) -> int:
         "data_s": round(data_s, 1),
         "train_s": round(train_s, 1),
         "held_out": measured,
+        "calibration": calibration,
     }
     out = save(head, Path(args.out), backbone=checkpoint_fingerprint(model), trained=trained)
     print(f"time head written to {out} (data {data_s:.0f} s, training {train_s:.0f} s)")
+    return 0
+
+
+def _calibrated(record: dict) -> str:
+    return "confidence on the held-out pairs, sigmoid(a y_T + b) per condition:\n" + "\n".join(
+        f"  {c:<8} a {r['a']:.3f} b {r['b']:+.3f} on {r['pairs']} pairs: separates {r['separated']:.3f}, "
+        f"log loss {r['log_loss']:.3f}"
+        for c, r in record.items()
+    )
+
+
+def _calibrate_only(head, val, out, data_s: float, on: str) -> int:
+    """--calibrate: the trained head's confidence fitted on ``val``, written with its weights to ``out``."""
+    import json
+
+    from models.time_head import save_time_head
+    from training.time_head import calibrate
+
+    try:
+        record = calibrate(head, val)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    print(_calibrated(record))
+    trained = json.loads(json.dumps(head.config.trained))
+    trained["calibration"] = {
+        "command": "qaslr train-time-head OUT --calibrate HEAD",
+        "on": on,
+        "fitted": record,
+        "data_s": round(data_s, 1),
+    }
+    head.config.trained = trained
+    save_time_head(head, out)
+    print(f"time head with its confidence written to {out}")
     return 0

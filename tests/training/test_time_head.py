@@ -13,7 +13,9 @@ from training.time_head import (
     CONTROLS,
     TimeQueryItem,
     TimeSplit,
+    calibrate,
     evaluate,
+    scores,
     train_time_head,
 )
 
@@ -113,6 +115,59 @@ def test_a_saved_head_loads_to_the_same_scores(trained, tmp_path):
     with pytest.raises(ValueError, match="answers count:1, count:2, order"):
         loaded.score(x, "count:7")
     assert loaded.score([np.zeros((0, 2), np.float32)], "order")[0][0] == float("-inf")
+
+
+def _pair_scores(head, split: TimeSplit, condition: str) -> tuple[np.ndarray, np.ndarray]:
+    got = [scores(head, i, [i.right, i.partner]) for i in split.queries if i.condition == condition]
+    return np.array([g[0] for g in got]), np.array([g[1] for g in got])
+
+
+def test_the_confidence_is_platts_fit_per_condition_and_tells_held_out_pairs_apart(trained, tmp_path):
+    import copy
+
+    head = copy.deepcopy(trained)
+    assert head.confidence(1.0, "order") is None  # not calibrated: relevance is the events' alone
+    record = calibrate(head, _split(2))
+    assert set(record) == set(head.config.calibration) == {"order", "count:1", "count:2"}
+    for condition, (a, b) in head.config.calibration.items():
+        # Platt's method: at (a, b) the log loss against the targets (N+ + 1) / (N+ + 2), 1 / (N- + 2)
+        # is at its minimum (its gradient vanishes), computed here apart from the fit
+        right, partner = _pair_scores(head, _split(2), condition)
+        y, n = np.concatenate([right, partner]), len(right)
+        t = np.array([(n + 1) / (n + 2)] * n + [1 / (n + 2)] * n)
+        p = 1 / (1 + np.exp(-(a * y + b)))
+        assert a > 0 and record[condition]["pairs"] == n
+        assert abs(np.mean((p - t) * y)) < 1e-4 and abs(np.mean(p - t)) < 1e-4, condition
+        # on pairs it never saw, the right video reads as likely and its partner as unlikely
+        right, partner = _pair_scores(head, _split(1), condition)
+        told = [head.confidence(r, condition) >= 0.5 > head.confidence(q, condition) for r, q in zip(right, partner, strict=True)]  # fmt: skip
+        assert np.mean(told) >= 0.8, (condition, np.mean(told))  # count:1 of seed 1: 14 of 16
+    # one pair for every condition would not do: the levels differ (order's right videos read far higher)
+    assert np.mean(_pair_scores(head, _split(1), "order")[1]) > np.mean(
+        _pair_scores(head, _split(1), "count:2")[0]
+    )
+    assert head.confidence(float("-inf"), "order") == 0.0  # an empty bank
+    save_time_head(head, tmp_path / "h")  # the calibration travels with the head
+    assert load_time_head(tmp_path / "h").config.calibration == head.config.calibration
+
+
+def test_a_head_whose_scores_rank_partners_first_is_not_calibrated(trained):
+    import copy
+
+    head = copy.deepcopy(trained)
+    flipped = TimeSplit(
+        queries=[
+            TimeQueryItem(i.text, i.condition, i.partner, i.right, i.relevance) for i in _split(2).queries
+        ],
+        videos=_split(2).videos,
+    )
+    with pytest.raises(ValueError, match="rank partners above"):
+        calibrate(head, flipped)
+    assert head.config.calibration is None
+    with pytest.raises(ValueError, match="calibration maps"):
+        TimeHeadConfig(calibration={"order": (-1.0, 0.0)})
+    with pytest.raises(ValueError, match="calibration maps"):
+        TimeHeadConfig(calibration={"count:7": (1.0, 0.0)})
 
 
 def test_a_folder_without_a_time_head_is_refused_with_what_is_missing(tmp_path):
