@@ -68,6 +68,23 @@ def test_a_head_trains_on_the_users_labelled_queries_and_measures_the_held_out_s
     again = evaluate(head, val, ("full",))["full"]
     for key in ("pair", "order", "count", "hit@1"):
         assert again[key] == pytest.approx(trained["held_out"]["full"][key], nan_ok=True), key
+    # its confidence is fitted on the same held-out queries' pairs, one (a, b) per condition they hold
+    fitted = trained["calibration"]["fitted"]
+    assert set(fitted) == set(head.config.calibration) == {q.condition for q in val.queries if q.partner}
+    # --calibrate fits it again for the saved head, its weights untouched, and says on what
+    again_out = tmp_path / "calibrated"
+    rc = main([
+        "train-time-head", str(again_out), "--calibrate", str(out), "--model", str(tiny_world_checkpoint),
+        "--index", str(index), "--pairs", str(pairs), "--val-share", "0.25", "--candidates", "6",
+    ])  # fmt: skip
+    assert rc == 0, capsys.readouterr().out
+    assert (again_out / "time_head.safetensors").read_bytes() == (out / "time_head.safetensors").read_bytes()
+    calibrated = load_time_head(again_out).config
+    assert set(calibrated.calibration) == set(head.config.calibration)
+    for condition, fit in head.config.calibration.items():
+        assert calibrated.calibration[condition] == pytest.approx(fit), condition
+    assert calibrated.trained["calibration"]["on"] == "the held-out queries of pairs.jsonl"
+    assert calibrated.trained["held_out"] == trained["held_out"]  # what training measured stays
 
 
 @pytest.mark.parametrize(
@@ -91,6 +108,12 @@ def test_a_label_that_cannot_be_used_is_refused_with_its_line(
     said = capsys.readouterr().out
     assert rc == 2 and "line 2" in said and says in said
     assert not (tmp_path / "head").exists()
+
+
+def test_calibrate_refuses_a_folder_without_a_time_head(tmp_path, capsys):
+    rc = main(["train-time-head", str(tmp_path / "out"), "--calibrate", str(tmp_path)])
+    assert rc == 2 and "--calibrate: a time head needs time_head.json" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
 
 
 def test_pairs_without_an_index_are_refused(tmp_path, capsys):
