@@ -300,7 +300,8 @@ class Cascade:
         for hit in frame:
             self._back_to_frame_tier(hit)
             hit.reranked = False
-            hit.events = hit.event_peaks = hit.moment = hit.moment_source = None  # the moment rule's again
+            hit.events = hit.event_peaks = hit.time_confidence = None  # relevance: the query's best frame's
+            hit.moment = hit.moment_source = None  # the moment rule's again
         return frame
 
     def _back_to_frame_tier(self, hit: Hit) -> None:
