@@ -56,6 +56,7 @@ __all__ = [
     "TIME_WEIGHTS_FILENAME",
     "TimeHead",
     "TimeHeadConfig",
+    "calibrated",
     "centred",
     "event_relevance",
     "load_time_head",
@@ -164,10 +165,15 @@ class TimeHead(nn.Module):
         fitted = (self.config.calibration or {}).get(condition)
         if fitted is None:
             return None
-        if not np.isfinite(score):  # an empty bank: nothing seen
-            return 0.0
-        a, b = fitted
-        return float(1.0 / (1.0 + np.exp(-np.clip(a * score + b, -60.0, 60.0))))
+        return calibrated(score, fitted)
+
+
+def calibrated(score: float, fit: tuple[float, float]) -> float:
+    """sigmoid(a · score + b) for ``fit`` = (a, b); 0 for an empty bank's score (-inf: nothing seen)."""
+    if not np.isfinite(score):
+        return 0.0
+    a, b = fit
+    return float(1.0 / (1.0 + np.exp(-np.clip(a * score + b, -60.0, 60.0))))
 
 
 def pad(relevance: list[np.ndarray], max_events: int) -> tuple[Tensor, Tensor]:

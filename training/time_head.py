@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.time_head import TimeHead, TimeHeadConfig, event_relevance, pad, save_time_head
+from models.time_head import TimeHead, TimeHeadConfig, calibrated, event_relevance, pad, save_time_head
 from models.time_query import parse_time_query
 
 logger = logging.getLogger(__name__)
@@ -406,7 +406,8 @@ def calibrate(head: TimeHead, split: TimeSplit, *, iterations: int = 100) -> dic
     """Fit ``head.config.calibration``, (a_c, b_c) for each condition c, on ``split``'s pairs (module
     docstring) and return per condition what it was fitted on: the pairs, a and b, the log loss, and
     the share of pairs it separates (the right video's confidence at least 0.5, its partner's below).
-    A condition without pairs in ``split`` is left uncalibrated (served without a confidence)."""
+    A condition without pairs in ``split``, or whose partners read above its right videos, is left
+    uncalibrated (served without a confidence; the record says why); ValueError where none is left."""
     pairs: dict[str, tuple[list[float], list[float]]] = {}
     for item in split.queries:
         if item.partner:
@@ -421,16 +422,21 @@ def calibrate(head: TimeHead, split: TimeSplit, *, iterations: int = 100) -> dic
     fitted, record = {}, {}
     for condition, (right, partner) in sorted(pairs.items()):
         a, b, log_loss = _platt(np.array(right), np.array(partner), iterations)
-        if a <= 0:
-            raise ValueError(
-                f"the head's scores rank partners above the right videos on this render ({condition}: slope {a:.3g})"
-            )
+        if a <= 0:  # this condition's partners read above its right videos: no confidence to give
+            record[condition] = {
+                "pairs": len(right),
+                "skipped": f"partners rank above the right videos (slope {a:.3g})",
+            }
+            continue
         fitted[condition] = (a, b)
-        record[condition] = {"pairs": len(right), "a": a, "b": b, "log_loss": log_loss}
+        told = [
+            calibrated(r, (a, b)) >= 0.5 > calibrated(q, (a, b)) for r, q in zip(right, partner, strict=True)
+        ]
+        record[condition] = {"pairs": len(right), "a": a, "b": b, "log_loss": log_loss,
+                             "separated": float(np.mean(told))}  # fmt: skip
+    if not fitted:
+        raise ValueError(f"the head's scores rank partners above the right videos on this render: {record}")
     head.config.calibration = fitted
-    for condition, (right, partner) in pairs.items():
-        told = [head.confidence(r, condition) >= 0.5 > head.confidence(q, condition) for r, q in zip(right, partner, strict=True)]  # fmt: skip
-        record[condition]["separated"] = float(np.mean(told))
     return record
 
 

@@ -205,11 +205,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrated(record: dict) -> str:
-    return "confidence on the held-out pairs, sigmoid(a y_T + b) per condition:\n" + "\n".join(
-        f"  {c:<8} a {r['a']:.3f} b {r['b']:+.3f} on {r['pairs']} pairs: separates {r['separated']:.3f}, "
+    lines = [
+        f"  {c:<8} not calibrated on {r['pairs']} pairs: {r['skipped']}" if "skipped" in r
+        else f"  {c:<8} a {r['a']:.3f} b {r['b']:+.3f} on {r['pairs']} pairs: separates {r['separated']:.3f}, "
         f"log loss {r['log_loss']:.3f}"
         for c, r in record.items()
-    )
+    ]  # fmt: skip
+    return "confidence on the held-out pairs, sigmoid(a y_T + b) per condition:\n" + "\n".join(lines)
 
 
 def _calibrate_only(head, val, out, data_s: float, on: str) -> int:

@@ -164,6 +164,15 @@ def test_a_head_whose_scores_rank_partners_first_is_not_calibrated(trained):
     with pytest.raises(ValueError, match="rank partners above"):
         calibrate(head, flipped)
     assert head.config.calibration is None
+    # one condition whose partners read first is left out (served without a confidence), the rest fitted
+    order_flipped = TimeSplit(
+        queries=[i if i.condition != "order" else TimeQueryItem(i.text, i.condition, i.partner, i.right, i.relevance)
+                 for i in _split(2).queries],
+        videos=_split(2).videos,
+    )  # fmt: skip
+    record = calibrate(head, order_flipped)
+    assert "skipped" in record["order"] and set(head.config.calibration) == {"count:1", "count:2"}
+    assert head.confidence(5.0, "order") is None and head.confidence(5.0, "count:1") is not None
     with pytest.raises(ValueError, match="calibration maps"):
         TimeHeadConfig(calibration={"order": (-1.0, 0.0)})
     with pytest.raises(ValueError, match="calibration maps"):
