@@ -104,13 +104,6 @@ TIME_COLUMNS = (
     ("r1@0.7", "single R1@0.7 %", True),
     ("latency_ms", "single p50 ms", False),
 )
-# ... and, where a run measured it, whether min_score at the documented threshold keeps each pair's
-# right video and cuts its partner (relevance that tells what happened when, not only what was seen)
-SERVED_TIME_COLUMNS = TIME_COLUMNS + (
-    ("motion_tells", "motion min_score tells %", True),
-    ("order_tells", "order min_score tells %", True),
-    ("count_tells", "count min_score tells %", True),
-)
 README_COLUMNS = (
     ("hit@1", "Hit@1 %", True),
     ("r1@0.7", "moment R1@0.7 %", True),
@@ -486,10 +479,16 @@ def results_page() -> str:
 
 
 def _time_columns(data: dict) -> tuple:
-    """TIME_COLUMNS, and the min_score columns where ``data`` measured them."""
-    measured = any("order_tells" in row for seed in data["per_seed"].values() for row in seed.values()
-                   if isinstance(row, dict))  # fmt: skip
-    return SERVED_TIME_COLUMNS if measured else TIME_COLUMNS
+    """TIME_COLUMNS, and where ``data`` measured them bench_quality's min_score columns (whether
+    min_score at the documented threshold keeps each pair's right video and cuts its partner:
+    benchmarks/quality_time.py, whose labels they keep)."""
+    quality_defaults()  # the repository's benchmarks importable
+    from benchmarks.quality_time import TIME_METRICS
+
+    tells = tuple(m for m in TIME_METRICS if m[0].endswith("_tells"))
+    measured = any(key in row for seed in data["per_seed"].values() for row in seed.values()
+                   if isinstance(row, dict) for key, _, _ in tells)  # fmt: skip
+    return TIME_COLUMNS + tells if measured else TIME_COLUMNS
 
 
 def _time_intro(data: dict) -> list[str]:

@@ -115,8 +115,10 @@ def time_relevance(hit: Hit, null_of) -> float | None:
 
 
 def weakest_event_relevance(hit: Hit, null_of) -> float | None:
-    """A time-tier hit's relevance (engine.relevance): its weakest event's, each event's best bank
-    frame against that event's own null (``null_of(p_k)``); None for an empty bank."""
+    """Whether a time-tier hit shows every event (engine.relevance): its weakest event's relevance, each
+    event's best bank frame against that event's own null (``null_of(p_k)``); None for an empty bank.
+    The hit's relevance is this times the head's confidence (:func:`time_relevance`); the cascade's
+    keep check reads this alone (engine.search.searcher)."""
     if hit.event_peaks is None:
         return None
     return min(

@@ -215,11 +215,9 @@ def _calibrated(record: dict) -> str:
 
 
 def _calibrate_only(head, val, out, data_s: float, on: str) -> int:
-    """--calibrate: the trained head's confidence fitted on ``val``, written with its weights to ``out``."""
-    import json
-
-    from models.time_head import save_time_head
-    from training.time_head import calibrate
+    """--calibrate: the trained head's confidence fitted on ``val``, written with its weights to ``out``
+    beside what its training recorded."""
+    from training.time_head import calibrate, save
 
     try:
         record = calibrate(head, val)
@@ -227,14 +225,10 @@ def _calibrate_only(head, val, out, data_s: float, on: str) -> int:
         print(f"error: {exc}")
         return 2
     print(_calibrated(record))
-    trained = json.loads(json.dumps(head.config.trained))
-    trained["calibration"] = {
-        "command": "qaslr train-time-head OUT --calibrate HEAD",
-        "on": on,
-        "fitted": record,
-        "data_s": round(data_s, 1),
-    }
-    head.config.trained = trained
-    save_time_head(head, out)
+    calibration = {"command": "qaslr train-time-head OUT --calibrate HEAD", "on": on, "fitted": record,
+                   "data_s": round(data_s, 1)}  # fmt: skip
+    save(
+        head, out, backbone=head.config.backbone, trained={**head.config.trained, "calibration": calibration}
+    )
     print(f"time head with its confidence written to {out}")
     return 0
