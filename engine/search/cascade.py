@@ -191,19 +191,27 @@ class Cascade:
         state.about_time = self.router.probability(state.q[0])
         if state.about_time >= self.router.threshold and self.router.selection is not None:
             state.select_q = self.router.selection(state.q[0])
-            plan = None if self.time_tier is None else self.time_tier.plan(state.seen_text)
+            plan = self.time_plan(state)
             state.select_frames = plan is None
             if plan is not None:  # stage 1 ranks the frame banks by its weakest event instead
                 with state.clock.stage("query_embed"):
                     embedded = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
                 state.events = (tuple(plan.events), embedded)
 
+    def time_plan(self, state: SearchState):
+        """The order or count the time head reads in the query (None: not such a query, an image
+        query, or no time head), parsed once a search: :meth:`read_query` asks before stage 1 and
+        :meth:`signals` after the frame tier."""
+        if not state.time_plan_read:
+            text = state.seen_text if state.params.image is None else None
+            state.time_plan = None if self.time_tier is None else self.time_tier.plan(text)
+            state.time_plan_read = True
+        return state.time_plan
+
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
         budget = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
-        plan = None
-        if budget and self.time_tier is not None:
-            plan = self.time_tier.plan(request.query)
+        plan = self.time_plan(state) if budget else None
         lead = None
         if len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)

@@ -51,6 +51,10 @@ class SearchState:
     # ... and whether stage 1 also ranked every video by their weakest event's best bank frame (whether
     # it shows every event at all; where the frame scan serves)
     event_frames: bool = False
+    # the order or count the time head reads in the query (engine.search.cascade.Cascade.time_plan),
+    # parsed once: whether it has been, and what it read (None: not such a query)
+    time_plan_read: bool = False
+    time_plan: object = None
 
     @classmethod
     def begin(
