@@ -375,6 +375,30 @@ const TIER_LABELS = { frame: "frame tier", oneshot: "one-shot tier", head: "head
 // the server's documented threshold (core.config.MIN_RELEVANCE; /readyz says it as min_relevance)
 let MIN_RELEVANCE = 0.85;
 
+// What a result's relevance says: for most tiers whether the video holds anything like the query;
+// for the time head's (an order or a count) whether its events show, in the order or number asked
+// (engine.tiers.timehead.time_relevance), so a weak one there is "not as asked", not "nothing like it".
+function relevanceLabel(result) {
+  const value = result.relevance;
+  if (value == null) return { text: "", title: "", weak: false };
+  const weak = value < MIN_RELEVANCE;
+  const shown = value.toFixed(2);
+  if (result.tier === "time") {
+    return {
+      text: weak ? `not as asked (relevance ${shown})` : `relevance ${shown}`,
+      title: "whether the video shows every event the query names, in the order or number asked, 0 to 1, "
+        + `comparable across queries; below ${MIN_RELEVANCE} an event does not show, or not as asked`,
+      weak,
+    };
+  }
+  return {
+    text: weak ? `no good match (relevance ${shown})` : `relevance ${shown}`,
+    title: "whether the video holds what the query describes, 0 to 1, comparable across queries; "
+      + `below ${MIN_RELEVANCE} nothing like it is there`,
+    weak,
+  };
+}
+
 function fillCard(card, result, rank, groupBy, final, scale) {
   const meta = result.metadata || {};
   card.querySelector(".title").textContent = meta.title || result.video_id;
@@ -389,14 +413,11 @@ function fillCard(card, result, rank, groupBy, final, scale) {
   scoreEl.title = "the ranking score of the tier that ranked it: compare results by relevance";
   const rel = card.querySelector(".relevance");
   if (rel) {
-    const weak = result.relevance != null && result.relevance < MIN_RELEVANCE;
-    rel.textContent = result.relevance == null ? "" : weak
-      ? `no good match (relevance ${result.relevance.toFixed(2)})`
-      : `relevance ${result.relevance.toFixed(2)}`;
-    rel.title = "whether the video holds what the query describes, 0 to 1, comparable across queries; "
-      + `below ${MIN_RELEVANCE} nothing like it is there`;
-    rel.classList.toggle("weak", weak);
-    card.classList.toggle("weak", weak);
+    const label = relevanceLabel(result);
+    rel.textContent = label.text;
+    rel.title = label.title;
+    rel.classList.toggle("weak", label.weak);
+    card.classList.toggle("weak", label.weak);
   }
   const move = card.querySelector(".move");
   const from = result.stage1_rank;

@@ -194,6 +194,21 @@ def test_a_search_in_a_real_browser_shows_cards_thumbnails_and_the_moment(driver
                 "return Math.abs(c.querySelector('video').currentTime - parseFloat(ts[ts.length - 1].textContent)) < 0.06;"
             )
         )
+        # a weak time-head result (an order or a count) reads "not as asked", not "no good match": its
+        # relevance says whether its events show in the order or number asked
+        labels = driver.execute_script(
+            "return [{tier: 'time', relevance: 0.21}, {tier: 'time', relevance: 0.92},"
+            " {tier: 'frame', relevance: 0.21}, {tier: 'time'}].map(relevanceLabel);"
+        )
+        assert [x["text"] for x in labels] == [
+            "not as asked (relevance 0.21)",
+            "relevance 0.92",
+            "no good match (relevance 0.21)",
+            "",
+        ]
+        assert [x["weak"] for x in labels] == [True, False, True, False]
+        assert "in the order or number asked" in labels[0]["title"]
+        assert "nothing like it is there" in labels[2]["title"]
         # 5. a screenshot
         shot = tmp_path / "search-page.png"
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0
