@@ -36,9 +36,12 @@ most: across videos the head often puts another shape or colour first, core.conf
 logistic regression on q, trained with the head: training.moment_head). The time head's parse
 (models.time_head, a template) routes the order and count queries it reads, and its ranking stands
 only where its evidence is stronger: where its first differs from the frame tier's, the time
-head's first must show every event the parse read (``shown``: each event's relevance reaches
-MIN_RELEVANCE), else the frame tier's order stands and the answer says so. A sentence the parser
-misreads ("a red square appears, then it is gone") so keeps the frame tier's answer. A tie rule
+head's first must show every event the parse read (each event's relevance reaches MIN_RELEVANCE), or,
+where the frame tier's first does not show them either, the head's calibrated confidence must say
+that its first shows them as asked and the frame tier's first does not (:meth:`Cascade.time_first_stands`);
+else the frame tier's order stands and the answer says so. A sentence the parser misreads ("a red
+square appears, then it is gone", "after the intro, a yellow triangle appears") so keeps the frame
+tier's answer. A tie rule
 (the parse routing only a frame-tier tie) was measured first and dropped: mirror pairs of 2-5 min
 videos lie up to 0.12 apart on the frame tier's score, ordinary sentences from 0.003. The head may only reorder what the frame tier
 could not tell apart, and a reordering stands only when the head's evidence is stronger: its best
@@ -57,7 +60,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from core.config import SearchMode
+from core.config import MIN_RELEVANCE, SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
 from engine.tiers import RerankStats, TierRequest
@@ -120,7 +123,7 @@ class Cascade:
     def __init__(
         self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
         tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, selection_weight: float = 0.0,
-        frame_weight: float = 0.0, shown=None,
+        frame_weight: float = 0.0, weakest_event=None,
     ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
@@ -131,7 +134,9 @@ class Cascade:
         self.tie_margin, self.head_candidates, self.keep_margin = tie_margin, head_candidates, keep_margin
         # the frame bank's weights in the head's score, under q_sel and under q (_with_frame_evidence)
         self.selection_weight, self.frame_weight = selection_weight, frame_weight
-        self.shown = shown  # hit -> bool: a time-tier hit shows every event its plan read (module docstring)
+        # hit -> its weakest event's relevance: whether a time-tier hit shows every event its plan read
+        # (module docstring)
+        self.weakest_event = weakest_event
 
     @property
     def moments(self) -> bool:
@@ -297,10 +302,14 @@ class Cascade:
         return group + ranked[m:]
 
     def _keep_time_unless_shown(self, state: SearchState, frame: list[Hit], ranked: list[Hit]) -> list[Hit]:
-        """The time head's ranking stands where its first is the frame tier's, or shows every event the
-        parse read; else the frame tier's order stands (the parse may have misread the sentence), and
-        the answer says so."""
-        if not ranked or ranked[0] is frame[0] or self.shown is None or self.shown(ranked[0]):
+        """The time head's ranking stands where its first is the frame tier's, or shows what the parse
+        read (:meth:`time_first_stands`); else the frame tier's order stands (the parse may have misread
+        the sentence), and the answer says so."""
+        if not ranked or ranked[0] is frame[0] or self.weakest_event is None:
+            return ranked
+        why = self.time_first_stands(ranked[0], frame[0])
+        if why is not None:
+            state.outcome.route += why
             return ranked
         state.outcome.route += ("; the time head's first does not show every event it read: the frame tier's "
                                 "order stands")  # fmt: skip
@@ -311,6 +320,30 @@ class Cascade:
             hit.events = hit.event_peaks = hit.time_confidence = None  # relevance: the query's best frame's
             hit.moment = hit.moment_source = None  # the moment rule's again
         return frame
+
+    def time_first_stands(self, first: Hit, frame_first: Hit) -> str | None:
+        """Whether the time head's first stands over the frame tier's (another video): where it shows every
+        event its parse read (its weakest event's relevance reaches MIN_RELEVANCE), or where the frame
+        tier's first does not either and the head's calibrated confidence (engine.tiers.timehead.
+        time_relevance) says its first shows them as asked (at least 0.5) and the frame tier's first does
+        not (below 0.5): neither shows the events plainly (a white shape's frames read low), and the head's
+        reading of their order or number is the stronger evidence. What the route adds ("" for the first
+        rule), or None: the frame tier's order stands. A head without a confidence for the condition has
+        the first rule alone."""
+        weakest = self.weakest_event(first)
+        if weakest is None:
+            return None
+        if weakest >= MIN_RELEVANCE:
+            return ""
+        other = self.weakest_event(frame_first)
+        ours, theirs = first.time_confidence, frame_first.time_confidence
+        if other is None or ours is None or theirs is None or not ours >= 0.5 > theirs:
+            return None
+        if weakest * ours < other * theirs:  # its relevance (time_relevance) below the frame tier's first's
+            return None
+        return (f"; its first shows every event less plainly ({weakest:.2f} against {other:.2f}), but the time "
+                f"head's confidence that it shows them as asked ({ours:.2f}, the frame tier's first "
+                f"{theirs:.2f}) is the stronger evidence: its order stands")  # fmt: skip
 
     def _back_to_frame_tier(self, hit: Hit) -> None:
         """A hit whose later tier's order did not stand is ranked by the frame tier: its score and name."""

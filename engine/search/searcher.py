@@ -32,7 +32,7 @@ import dataclasses
 import logging
 import time
 
-from core.config import FRAME_SCAN_MAX_BYTES, MIN_RELEVANCE, Embedder, SearchMode, Sources
+from core.config import FRAME_SCAN_MAX_BYTES, Embedder, SearchMode, Sources
 from engine.cache import FrameCache
 from engine.errors import InvalidRequest
 from engine.frames import FrameSource
@@ -168,15 +168,14 @@ class Searcher:
             keep_margin=config.keep_margin,
             selection_weight=config.head_selection_weight,
             frame_weight=config.head_frame_weight,
-            shown=self._shows_every_event,
+            weakest_event=self._weakest_event,
         )
 
-    def _shows_every_event(self, hit) -> bool:
-        """A time-tier hit shows every event its plan read: its weakest event's relevance (engine.relevance,
-        against the collection's null) reaches MIN_RELEVANCE, the threshold that separates a match from
-        nothing like it (docs/results.md)."""
-        weakest = weakest_event_relevance(hit, self.evidence.null)
-        return weakest is not None and weakest >= MIN_RELEVANCE
+    def _weakest_event(self, hit) -> float | None:
+        """Whether a time-tier hit shows every event its plan read: its weakest event's relevance
+        (engine.relevance, against the collection's null); MIN_RELEVANCE separates a match from nothing
+        like it (docs/results.md)."""
+        return weakest_event_relevance(hit, self.evidence.null)
 
     # -- what the tiers are ----------------------------------------------------------------------------
     @property

@@ -113,3 +113,57 @@ def test_the_heads_order_stands_only_where_its_best_beats_the_frame_tiers_first_
         assert [h.video_id for h in out] == ["frame-first", "head-first", "unread"]
         assert "the frame tier's order stands" in state.outcome.route
         assert [(h.tier, h.score) for h in out[:2]] == [("frame", 0.8), ("frame", 0.7)]
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "stands"),
+    [
+        # (its first: weakest event's relevance, confidence), (the frame tier's first: the same)
+        (
+            (0.90, 0.10),
+            (0.95, 0.99),
+            True,
+        ),  # it shows every event plainly: it stands, whatever the head's confidence
+        (
+            (0.37, 0.93),
+            (0.38, 0.05),
+            True,
+        ),  # neither shows them plainly; the head sure of its first, not of theirs
+        ((0.37, 0.93), (0.90, 0.05), False),  # the frame tier's first shows every event: it stays
+        ((0.37, 0.45), (0.38, 0.05), False),  # the head not sure of its own first
+        ((0.37, 0.93), (0.38, 0.60), False),  # ... or sure of the frame tier's first too
+        ((0.37, None), (0.38, None), False),  # no confidence (a head without one): the threshold alone
+    ],
+)
+def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence_is_the_stronger_evidence(
+    ours, theirs, stands
+):
+    """Cascade._keep_time_unless_shown: the time head's first (another video than the frame tier's)
+    stands where its weakest event reaches MIN_RELEVANCE, or where neither first does and the head's
+    calibrated confidence puts its own first at 0.5 or more and the frame tier's below; else the frame
+    tier's order stands, every hit back on the frame tier, and the route says which."""
+    from types import SimpleNamespace
+
+    from engine.results import Hit
+    from engine.search.cascade import Cascade
+
+    weakest = {"head-first": ours[0], "frame-first": theirs[0]}
+    cascade = Cascade(
+        SimpleNamespace(name="frame"),
+        SimpleNamespace(name="head"),
+        weakest_event=lambda h: weakest[h.video_id],
+    )
+    first = Hit("frame-first", 0.2, 0.0, 1, tier="time", frame_score=0.8, time_confidence=theirs[1])
+    other = Hit("head-first", 0.9, 0.0, 2, tier="time", frame_score=0.7, time_confidence=ours[1])
+    state = SimpleNamespace(outcome=SimpleNamespace(route="order", rerank_embedder="time"))
+    out = cascade._keep_time_unless_shown(state, [first, other], [other, first])
+    if stands:
+        assert [h.video_id for h in out] == ["head-first", "frame-first"] and out[0].tier == "time"
+        assert ("confidence" in state.outcome.route) == (ours[0] < 0.85)
+    else:
+        assert [h.video_id for h in out] == ["frame-first", "head-first"]
+        assert "the frame tier's order stands" in state.outcome.route
+        assert [(h.tier, h.score, h.time_confidence) for h in out] == [
+            ("frame", 0.8, None),
+            ("frame", 0.7, None),
+        ]
