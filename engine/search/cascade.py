@@ -36,10 +36,10 @@ most: across videos the head often puts another shape or colour first, core.conf
 logistic regression on q, trained with the head: training.moment_head). The time head's parse
 (models.time_head, a template) routes the order and count queries it reads, and its ranking stands
 only where its evidence is stronger: where its first differs from the frame tier's, the time
-head's first must show every event the parse read (each event's relevance reaches MIN_RELEVANCE), or,
-where the frame tier's first does not show them either, the head's calibrated confidence must say
-that its first shows them as asked and the frame tier's first does not (:meth:`Cascade.time_first_stands`);
-else the frame tier's order stands and the answer says so. A sentence the parser misreads ("a red
+head's first must show every event the parse read (each event's relevance reaches MIN_RELEVANCE), or
+the head's calibrated confidence must say that its first shows them as asked and the frame tier's
+first does not, with a relevance (weakest event x confidence) no lower than that one's
+(:meth:`Cascade.time_first_stands`); else the frame tier's order stands and the answer says so. A sentence the parser misreads ("a red
 square appears, then it is gone", "after the intro, a yellow triangle appears") so keeps the frame
 tier's answer. A tie rule
 (the parse routing only a frame-tier tie) was measured first and dropped: mirror pairs of 2-5 min
@@ -323,13 +323,15 @@ class Cascade:
 
     def time_first_stands(self, first: Hit, frame_first: Hit) -> str | None:
         """Whether the time head's first stands over the frame tier's (another video): where it shows every
-        event its parse read (its weakest event's relevance reaches MIN_RELEVANCE), or where the frame
-        tier's first does not either and the head's calibrated confidence (engine.tiers.timehead.
-        time_relevance) says its first shows them as asked (at least 0.5) and the frame tier's first does
-        not (below 0.5): neither shows the events plainly (a white shape's frames read low), and the head's
-        reading of their order or number is the stronger evidence. What the route adds ("" for the first
-        rule), or None: the frame tier's order stands. A head without a confidence for the condition has
-        the first rule alone."""
+        event its parse read (its weakest event's relevance reaches MIN_RELEVANCE), or where the head's
+        calibrated confidence (engine.tiers.timehead.time_relevance) says its first shows them as asked
+        (at least 0.5) and the frame tier's first does not (below 0.5), and its relevance (weakest event x
+        confidence) is no lower than that one's: the frame bank shows mirror videos' events at different
+        strengths (0.67 against 0.88) and white shapes low, and the head's reading of their order or number
+        is then the stronger evidence, while a misread sentence's events leave the head unsure (0.006-0.38
+        on the ordinary sentences of tests/engine/test_time_routing.py). What the route adds ("" for the
+        first rule), or None: the frame tier's order stands. A head without a confidence for the condition
+        has the first rule alone."""
         weakest = self.weakest_event(first)
         if weakest is None:
             return None

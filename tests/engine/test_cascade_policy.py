@@ -115,33 +115,27 @@ def test_the_heads_order_stands_only_where_its_best_beats_the_frame_tiers_first_
         assert [(h.tier, h.score) for h in out[:2]] == [("frame", 0.8), ("frame", 0.7)]
 
 
-@pytest.mark.parametrize(
-    ("ours", "theirs", "stands"),
-    [
-        # (its first: weakest event's relevance, confidence), (the frame tier's first: the same)
-        (
-            (0.90, 0.10),
-            (0.95, 0.99),
-            True,
-        ),  # it shows every event plainly: it stands, whatever the head's confidence
-        (
-            (0.37, 0.93),
-            (0.38, 0.05),
-            True,
-        ),  # neither shows them plainly; the head sure of its first, not of theirs
-        ((0.37, 0.93), (0.90, 0.05), False),  # the frame tier's first shows every event: it stays
-        ((0.37, 0.45), (0.38, 0.05), False),  # the head not sure of its own first
-        ((0.37, 0.93), (0.38, 0.60), False),  # ... or sure of the frame tier's first too
-        ((0.37, None), (0.38, None), False),  # no confidence (a head without one): the threshold alone
-    ],
-)
+# (its first: weakest event's relevance, the head's confidence), (the frame tier's first: the same), stands
+TIME_FIRSTS = [
+    ((0.90, 0.10), (0.95, 0.99), True),  # it shows every event plainly: it stands, whatever the confidence
+    ((0.37, 0.93), (0.38, 0.05), True),  # neither shows them plainly; the head sure of its first, not theirs
+    ((0.67, 0.95), (0.88, 0.04), True),  # a mirror pair: the same events shown at other strengths
+    ((0.10, 0.93), (0.90, 0.40), False),  # its first hardly shows an event: relevance 0.09 against 0.36
+    ((0.37, 0.45), (0.38, 0.05), False),  # the head not sure of its own first
+    ((0.37, 0.93), (0.38, 0.60), False),  # ... or sure of the frame tier's first too
+    ((0.37, None), (0.38, None), False),  # no confidence (a head without one): the threshold alone
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "stands"), TIME_FIRSTS)
 def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence_is_the_stronger_evidence(
     ours, theirs, stands
 ):
     """Cascade._keep_time_unless_shown: the time head's first (another video than the frame tier's)
-    stands where its weakest event reaches MIN_RELEVANCE, or where neither first does and the head's
-    calibrated confidence puts its own first at 0.5 or more and the frame tier's below; else the frame
-    tier's order stands, every hit back on the frame tier, and the route says which."""
+    stands where its weakest event reaches MIN_RELEVANCE, or where the head's calibrated confidence puts
+    its own first at 0.5 or more and the frame tier's below and its relevance (weakest event x confidence)
+    is not below the frame tier's first's; else the frame tier's order stands, every hit back on the frame
+    tier, and the route says which."""
     from types import SimpleNamespace
 
     from engine.results import Hit
