@@ -511,7 +511,7 @@ def _time_intro(data: dict) -> list[str]:
         "The *single* columns are the single-event corpus of this table's command. *cascade, the default* "
         "here is the frame tier alone (no time head); *cascade, the default, time head* is what the server "
         "serves by default with the shapes-world checkpoint (the time head on every query its parser reads "
-        "as an order or a count it was trained on (once, twice or three times with the shipped head), its first kept only where it shows every event).",
+        "as an order or a count it was trained on (once, twice or three times with the shipped head), its first kept only where its evidence is stronger than the frame tier's first's, by the rule of the commit the run records: engine.search.cascade).",
         "",
     ]
 
