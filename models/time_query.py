@@ -4,6 +4,9 @@
     "first a red square appears, then a blue circle ..."       "a blue circle appears")
     "a red square appears before a blue circle"            -> order  (red square, blue circle)
     "a red square appears after a blue circle"             -> order  (blue circle, red square)
+    "a red square appears and afterwards / next a blue ..." -> order  (red square, blue circle)
+    "a blue circle appears, preceded by a red square"      -> order  (red square, blue circle)
+    "a blue circle appears, following a red square"        -> order  (red square, blue circle)
     "a red square appears twice" / "... two times"         -> count 2 of "a red square appears"
     "a red square appears once" / "... only once"          -> count 1
 
@@ -32,8 +35,16 @@ _COUNT = re.compile(
     + "|".join(sorted((re.escape(w) for w in _COUNT_WORDS), key=len, reverse=True))
     + r")(?:\s+in\s+(?:the|this|a|total)(?:\s+video)?)?$"
 )
-# "A, then B", "A and then B", "A, followed by B", "A before B"; a leading "first" is dropped
-_THEN = re.compile(r"\s*(?:,\s*|\s)(?:and\s+)?(?:then|followed\s+by|before|and\s+later|later)\s+")
+# "A, then B", "A and then B", "A, followed by B", "A before B", "A and afterwards B", "A, next B" (not
+# "next to"), "A, after that B"; a leading "first" is dropped
+_THEN = re.compile(
+    r"\s*(?:,\s*|\s)(?:and\s+)?(?:then|followed\s+by|before|and\s+later|later|afterwards?|after\s+that"
+    r"|subsequently|next(?!\s+to\b))\s+"
+)
+# "B, preceded by A", "B, following A" (the comma: "the following video ..." is no order)
+_BACK = re.compile(
+    r"^(?P<second>.+?)(?:,\s*|\s+)preceded\s+by\s+(?P<first>.+)$|^(?P<second2>.+?),\s*following\s+(?P<first2>.+)$"
+)
 _AFTER_LEAD = re.compile(r"^after\s+(?P<first>.+?),\s*(?:then\s+)?(?P<second>.+)$")
 _AFTER_MID = re.compile(r"^(?P<second>.+?)\s+after\s+(?P<first>.+)$")
 _FIRST = re.compile(r"^(?:at\s+)?first[\s,]+")
@@ -72,8 +83,15 @@ def parse_time_query(text: str | None) -> TimeQuery | None:
     m = _AFTER_LEAD.match(t)
     if m is None and not _THEN.search(t):
         m = _AFTER_MID.match(t)
+    back = None if m is not None or _THEN.search(t) else _BACK.match(t)
     if m is not None:
         events = (_clean(m.group("first")), _clean(m.group("second")))
+    elif back is not None:
+        first, second = (
+            back.group("first") or back.group("first2"),
+            back.group("second") or back.group("second2"),
+        )
+        events = (_clean(first), _FIRST.sub("", _clean(second)))
     else:
         events = tuple(_clean(part) for part in _THEN.split(_FIRST.sub("", t)))
     events = tuple(_FIRST.sub("", e) for e in events if e)

@@ -35,6 +35,19 @@ def test_every_world_count_phrasing_names_the_event_and_its_count(times, phrasin
         ),
         ("a red square, followed by a blue circle", ("a red square", "a blue circle")),
         ("red square then blue circle then green bar", ("red square", "blue circle", "green bar")),
+        # the phrasings issue 39 found falling through to a plain description
+        (
+            "a red square appears and afterwards a blue circle appears",
+            ("a red square appears", "a blue circle appears"),
+        ),
+        (
+            "a red square appears, next a blue circle appears",
+            ("a red square appears", "a blue circle appears"),
+        ),
+        ("first a red square appears, after that a blue circle", ("a red square appears", "a blue circle")),
+        ("a blue circle appears, preceded by a red square", ("a red square", "a blue circle appears")),
+        ("a blue circle appears preceded by a red square", ("a red square", "a blue circle appears")),
+        ("a blue circle appears, following a red square", ("a red square", "a blue circle appears")),
     ],
 )
 def test_other_order_words_read_in_time_order(text, events):
@@ -42,7 +55,17 @@ def test_other_order_words_read_in_time_order(text, events):
 
 
 @pytest.mark.parametrize(
-    "text", ["a red square appears", "there is a red square", "the first goal", "", None]
+    "text",
+    [
+        "a red square appears",
+        "there is a red square",
+        "the first goal",
+        "",
+        None,
+        "a red square next to a blue circle",
+        "the following video shows a red square",
+        "next, a red square",
+    ],
 )
 def test_a_plain_description_asks_nothing_about_time(text):
     assert parse_time_query(text) is None
