@@ -7,6 +7,7 @@
     "a red square appears and afterwards / next a blue ..." -> order  (red square, blue circle)
     "a blue circle appears, preceded by a red square"      -> order  (red square, blue circle)
     "a blue circle appears, following a red square"        -> order  (red square, blue circle)
+    "a red square appears, and a blue circle ... later"    -> order  (red square, blue circle)
     "a red square appears twice" / "... two times"         -> count 2 of "a red square appears"
     "a red square appears once" / "... only once"          -> count 1
 
@@ -41,6 +42,11 @@ _THEN = re.compile(
     r"\s*(?:,\s*|\s)(?:and\s+)?(?:then|followed\s+by|before|and\s+later|later|afterwards?|after\s+that"
     r"|subsequently|next(?!\s+to\b))\s+"
 )
+# "A, and B later (on)" / "A and B afterwards": the second event's adverb at the end
+_TRAIL = re.compile(
+    r"^(?P<first>.+?),?\s+and\s+(?P<second>.+?)\s+(?:later(?:\s+on)?|afterwards?|after\s+that)$"
+)
+_LATER_ON = re.compile(r"\s+later\s+on$")
 # "B, preceded by A", "B, following A" (the comma: "the following video ..." is no order)
 _BACK = re.compile(
     r"^(?P<second>.+?)(?:,\s*|\s+)preceded\s+by\s+(?P<first>.+)$|^(?P<second2>.+?),\s*following\s+(?P<first2>.+)$"
@@ -80,7 +86,9 @@ def parse_time_query(text: str | None) -> TimeQuery | None:
         event = _FIRST.sub("", _clean(m.group("event")))
         if not _THEN.search(event):  # "A then B twice" is no single count
             return TimeQuery("count", (event,), _COUNT_WORDS[m.group("n")])
-    m = _AFTER_LEAD.match(t)
+    m = _AFTER_LEAD.match(t) or _TRAIL.match(t)
+    if m is None:
+        t = _LATER_ON.sub("", t)  # "A, then B later on": the adverb is no event
     if m is None and not _THEN.search(t):
         m = _AFTER_MID.match(t)
     back = None if m is not None or _THEN.search(t) else _BACK.match(t)

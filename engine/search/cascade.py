@@ -314,6 +314,7 @@ class Cascade:
         state.outcome.route += ("; the time head's first does not show every event it read: the frame tier's "
                                 "order stands")  # fmt: skip
         state.outcome.rerank_embedder = None
+        state.time_reverted = True
         for hit in frame:
             self._back_to_frame_tier(hit)
             hit.reranked = False

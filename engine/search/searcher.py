@@ -363,6 +363,9 @@ class Searcher:
             if head is None
             else f"this server's time head answers {', '.join(head.conditions)}"
             if not head.supports(asked.condition, len(asked.events))
+            else "the time head read it, but its first showed the events neither plainly nor, by its "
+            "confidence, as asked: the words may not ask for that here"
+            if state.time_reverted
             else "the request's mode or heavy did not run the time head"
         )
         state.outcome.warnings.append(

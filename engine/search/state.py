@@ -55,6 +55,8 @@ class SearchState:
     # parsed once: whether it has been, and what it read (None: not such a query)
     time_plan_read: bool = False
     time_plan: object = None
+    # ... and whether the time head read it but its first did not stand (the frame tier's order stands)
+    time_reverted: bool = False
 
     @classmethod
     def begin(

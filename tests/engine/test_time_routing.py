@@ -82,8 +82,8 @@ def test_each_pair_goes_to_the_time_head_and_the_answer_says_why(collection):
 
 
 def test_an_order_phrased_another_way_gets_the_same_answer(collection):
-    """ "A and afterwards B", "A, next B", "B, preceded by A", "B, following A": the time head reads them
-    as the world's own phrasing and ranks the pair alike (before, they were searched as descriptions:
+    """Rephrased ("A and afterwards B", "A, next B", "A, and B later on", "B, preceded by A", "B, following
+    A"), an order is read by the time head as the world's own phrasing is, and ranks the pair alike (before, they were searched as descriptions:
     on development seeds 0, 4 and 5 the right video of its mirror pair first for 15-19 of 30)."""
     from models.time_query import parse_time_query
 
@@ -95,20 +95,20 @@ def test_an_order_phrased_another_way_gets_the_same_answer(collection):
         bare = first.removesuffix(" appears")
         group = {"filter": {"group": truth[right].group}, "top_k": 2}
         canonical = engine.search_sync({"query": query, **group})
-        for text in (f"{first} and afterwards {second}", f"{first}, next {second}",
+        for text in (f"{first} and afterwards {second}", f"{first}, next {second}", f"{first}, and {second} later on",
                      f"{second}, preceded by {bare}", f"{second}, following {bare}"):  # fmt: skip
             out = engine.search_sync({"query": text, **group})
             assert out.route.startswith("a query about order or count"), (text, out.route)
             assert [h.video_id for h in out.hits] == [h.video_id for h in canonical.hits], (text, out.route)
             checked += 1
-    assert checked == 4 * len(corpus.queries("order")) > 0
+    assert checked == 5 * len(corpus.queries("order")) > 0
 
 
 def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_better_one(collection):
     corpus, engine = collection
     truth = corpus.by_id()
     singles = [v for v in corpus.videos if v.kind == "single"]
-    checked = 0
+    checked = reverted = 0
     for i, template in enumerate(NATURAL * 2):
         video = singles[i % len(singles)]
         name = video.events[0][0]
@@ -118,8 +118,13 @@ def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_bet
         event = Meaning("event", (name,))
         top, frame_top = default.hits[0].video_id, frames.hits[0].video_id
         assert top == frame_top or event.true_of(truth[top]), (query, default.route)
+        if "the time head's first does not show every event" in default.route:  # and the warning says why
+            assert any("the time head read it, but its first" in w for w in default.warnings), (
+                default.warnings
+            )
+            reverted += 1
         checked += 1
-    assert checked == 30
+    assert checked == 30 and reverted
 
 
 def test_single_event_queries_stay_on_the_frame_tier(collection):

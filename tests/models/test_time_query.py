@@ -48,6 +48,18 @@ def test_every_world_count_phrasing_names_the_event_and_its_count(times, phrasin
         ("a blue circle appears, preceded by a red square", ("a red square", "a blue circle appears")),
         ("a blue circle appears preceded by a red square", ("a red square", "a blue circle appears")),
         ("a blue circle appears, following a red square", ("a red square", "a blue circle appears")),
+        (
+            "a red square appears, and a blue circle appears later on",
+            ("a red square appears", "a blue circle appears"),
+        ),
+        (
+            "a red square appears and a blue circle appears afterwards",
+            ("a red square appears", "a blue circle appears"),
+        ),
+        (
+            "a red square appears, then a blue circle appears later on",
+            ("a red square appears", "a blue circle appears"),
+        ),
     ],
 )
 def test_other_order_words_read_in_time_order(text, events):
