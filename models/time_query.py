@@ -39,9 +39,9 @@ _COUNT = re.compile(
 # "A, then B", "A and then B", "A, followed by B", "A before B", "A and afterwards B", "A, next B" (not
 # "next to"), "A, after that B"; a leading "first" is dropped
 _THEN = re.compile(
-    r"\s*(?:,\s*|\s)(?:and\s+)?(?:then|followed\s+by|before|and\s+later|later|afterwards?|after\s+that"
-    r"|subsequently|next(?!\s+to\b))\s+"
-)
+    r"(?:\s*(?:,\s*|\s)(?:and\s+)?(?:then|followed\s+by|before|and\s+later|later|afterwards?|after\s+that"
+    r"|subsequently)|\s*(?:,\s*(?:and\s+)?|\s+and\s+)next(?!\s+to\b))\s+"
+)  # "next" only after a comma or "and": "the next video shows ..." is no order
 # "A, and B later (on)" / "A and B afterwards": the second event's adverb at the end
 _TRAIL = re.compile(
     r"^(?P<first>.+?),?\s+and\s+(?P<second>.+?)\s+(?:later(?:\s+on)?|afterwards?|after\s+that)$"

@@ -75,6 +75,7 @@ def test_other_order_words_read_in_time_order(text, events):
         "",
         None,
         "a red square next to a blue circle",
+        "the next video shows a red square",
         "the following video shows a red square",
         "next, a red square",
     ],
