@@ -66,6 +66,7 @@ from engine.search.state import SearchState
 from engine.tiers import RerankStats, TierRequest
 from models.router import frame_evidence
 from models.selection import query_key
+from models.time_query import parse_time_query
 
 __all__ = ["Cascade", "CascadePolicy", "Route", "Signals"]
 
@@ -205,11 +206,13 @@ class Cascade:
 
     def time_plan(self, state: SearchState):
         """The order or count the time head reads in the query (None: not such a query, an image
-        query, or no time head), parsed once a search: :meth:`read_query` asks before stage 1 and
-        :meth:`signals` after the frame tier."""
+        query, or no time head), parsed once a search (``state.time_asked`` keeps what the words ask,
+        answered or not): :meth:`read_query` asks before stage 1, :meth:`signals` after the frame tier,
+        and the searcher when it says what was ignored."""
         if not state.time_plan_read:
             text = state.seen_text if state.params.image is None else None
-            state.time_plan = None if self.time_tier is None else self.time_tier.plan(text)
+            state.time_asked = parse_time_query(text)
+            state.time_plan = None if self.time_tier is None else self.time_tier.answers(state.time_asked)
             state.time_plan_read = True
         return state.time_plan
 

@@ -52,7 +52,6 @@ from engine.tiers import encoding_tier
 from engine.tiers.frame import FrameTier
 from engine.tiers.timehead import TimeTier, weakest_event_relevance
 from models.streaming import VideoEncoder
-from models.time_query import parse_time_query
 
 __all__ = ["Searcher"]
 
@@ -353,7 +352,8 @@ class Searcher:
     def _say_if_time_ignored(self, state: SearchState) -> None:
         """A query that asks for a count or an order ("... three times") that no tier answered for this
         request was searched as a plain description: the answer says so, naming what the words asked."""
-        asked = parse_time_query(state.seen_text) if state.params.image is None else None
+        self.cascade.time_plan(state)  # parsed once a search (an image query asks nothing)
+        asked = state.time_asked
         if asked is None or any(h.tier == TimeTier.name for h in state.hits):
             return
         what = f"a count ({asked.count} times)" if asked.kind == "count" else "an order"

@@ -55,6 +55,7 @@ class SearchState:
     # parsed once: whether it has been, and what it read (None: not such a query)
     time_plan_read: bool = False
     time_plan: object = None
+    time_asked: object = None  # ... and what the words ask (models.time_query), whether it answers it or not
     # ... and whether the time head read it but its first did not stand (the frame tier's order stands)
     time_reverted: bool = False
 

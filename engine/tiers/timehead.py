@@ -35,7 +35,10 @@ class TimeTier(Tier):
 
     def plan(self, query: str | None) -> TimeQuery | None:
         """The order or count ``query`` asks for, when this head answers it; else None."""
-        parsed = parse_time_query(query)
+        return self.answers(parse_time_query(query))
+
+    def answers(self, parsed: TimeQuery | None) -> TimeQuery | None:
+        """``parsed`` (models.time_query) when this head answers that order or count; else None."""
         if parsed is None or not self.head.config.supports(parsed.condition, len(parsed.events)):
             return None
         return parsed

@@ -194,8 +194,10 @@ def test_an_order_or_count_the_time_head_reads_is_shortlisted_by_its_weakest_eve
         "embed_queries",
         lambda texts, *a, **k: embedded.append(list(texts)) or embed(texts, *a, **k),
     )
-    parsed, parse = [], time_tier.plan
-    monkeypatch.setattr(time_tier, "plan", lambda text: parsed.append(text) or parse(text))
+    import engine.search.cascade as cascade_module
+
+    parsed, parse = [], cascade_module.parse_time_query
+    monkeypatch.setattr(cascade_module, "parse_time_query", lambda text: parsed.append(text) or parse(text))
     for kind in ("order", "count"):
         for query, _ in corpus.queries(kind):
             q = engine.encoder.embed_queries([query]).float()[0]
@@ -218,7 +220,7 @@ def test_an_order_or_count_the_time_head_reads_is_shortlisted_by_its_weakest_eve
                 if video not in turns:
                     turns.append(video)
             embedded.clear()  # the event phrases are embedded once, for stage 1; the time tier reuses them
-            parsed.clear()  # ... and the sentence parsed once, before stage 1; the route reuses the parse
+            parsed.clear()  # ... and the sentence parsed once, before stage 1; the route and warnings reuse it
             out = engine.search_sync({"query": query, "shortlist": r, "top_k": r})
             assert embedded.count(list(plan.events)) == 1, (query, embedded)
             assert parsed == [query], (query, parsed)
