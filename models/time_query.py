@@ -48,9 +48,7 @@ _TRAIL = re.compile(
 )
 _LATER_ON = re.compile(r"\s+later\s+on$")
 # "B, preceded by A", "B, following A" (the comma: "the following video ..." is no order)
-_BACK = re.compile(
-    r"^(?P<second>.+?)(?:,\s*|\s+)preceded\s+by\s+(?P<first>.+)$|^(?P<second2>.+?),\s*following\s+(?P<first2>.+)$"
-)
+_BACK = re.compile(r"^(?P<second>.+?)(?:(?:,\s*|\s+)preceded\s+by|,\s*following)\s+(?P<first>.+)$")
 _AFTER_LEAD = re.compile(r"^after\s+(?P<first>.+?),\s*(?:then\s+)?(?P<second>.+)$")
 _AFTER_MID = re.compile(r"^(?P<second>.+?)\s+after\s+(?P<first>.+)$")
 _FIRST = re.compile(r"^(?:at\s+)?first[\s,]+")
@@ -89,17 +87,10 @@ def parse_time_query(text: str | None) -> TimeQuery | None:
     m = _AFTER_LEAD.match(t) or _TRAIL.match(t)
     if m is None:
         t = _LATER_ON.sub("", t)  # "A, then B later on": the adverb is no event
-    if m is None and not _THEN.search(t):
-        m = _AFTER_MID.match(t)
-    back = None if m is not None or _THEN.search(t) else _BACK.match(t)
+        if not _THEN.search(t):  # "B after A", "B, preceded by A"
+            m = _AFTER_MID.match(t) or _BACK.match(t)
     if m is not None:
         events = (_clean(m.group("first")), _clean(m.group("second")))
-    elif back is not None:
-        first, second = (
-            back.group("first") or back.group("first2"),
-            back.group("second") or back.group("second2"),
-        )
-        events = (_clean(first), _FIRST.sub("", _clean(second)))
     else:
         events = tuple(_clean(part) for part in _THEN.split(_FIRST.sub("", t)))
     events = tuple(_FIRST.sub("", e) for e in events if e)

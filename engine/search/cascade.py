@@ -204,17 +204,19 @@ class Cascade:
                     embedded = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
                 state.events = (tuple(plan.events), embedded)
 
+    def time_asked(self, state: SearchState):
+        """What the query's words ask about time (models.time_query: an order or a count, answered here
+        or not; None for none or an image query), parsed once a search: the route asks before stage 1
+        and after the frame tier (:meth:`time_plan`), the searcher when it says what was ignored."""
+        if not state.time_asked_read:
+            state.time_asked = parse_time_query(state.seen_text if state.params.image is None else None)
+            state.time_asked_read = True
+        return state.time_asked
+
     def time_plan(self, state: SearchState):
-        """The order or count the time head reads in the query (None: not such a query, an image
-        query, or no time head), parsed once a search (``state.time_asked`` keeps what the words ask,
-        answered or not): :meth:`read_query` asks before stage 1, :meth:`signals` after the frame tier,
-        and the searcher when it says what was ignored."""
-        if not state.time_plan_read:
-            text = state.seen_text if state.params.image is None else None
-            state.time_asked = parse_time_query(text)
-            state.time_plan = None if self.time_tier is None else self.time_tier.answers(state.time_asked)
-            state.time_plan_read = True
-        return state.time_plan
+        """The order or count the time head reads in the query (None: not such a query, one it does not
+        answer, or no time head)."""
+        return None if self.time_tier is None else self.time_tier.answers(self.time_asked(state))
 
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params

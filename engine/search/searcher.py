@@ -352,8 +352,7 @@ class Searcher:
     def _say_if_time_ignored(self, state: SearchState) -> None:
         """A query that asks for a count or an order ("... three times") that no tier answered for this
         request was searched as a plain description: the answer says so, naming what the words asked."""
-        self.cascade.time_plan(state)  # parsed once a search (an image query asks nothing)
-        asked = state.time_asked
+        asked = self.cascade.time_asked(state)
         if asked is None or any(h.tier == TimeTier.name for h in state.hits):
             return
         what = f"a count ({asked.count} times)" if asked.kind == "count" else "an order"

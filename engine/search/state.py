@@ -51,11 +51,10 @@ class SearchState:
     # ... and whether stage 1 also ranked every video by their weakest event's best bank frame (whether
     # it shows every event at all; where the frame scan serves)
     event_frames: bool = False
-    # the order or count the time head reads in the query (engine.search.cascade.Cascade.time_plan),
-    # parsed once: whether it has been, and what it read (None: not such a query)
-    time_plan_read: bool = False
-    time_plan: object = None
-    time_asked: object = None  # ... and what the words ask (models.time_query), whether it answers it or not
+    # what the query's words ask about time (engine.search.cascade.Cascade.time_asked: models.time_query's
+    # order or count, None for none), parsed once: whether it has been, and what it asks ...
+    time_asked_read: bool = False
+    time_asked: object = None
     # ... and whether the time head read it but its first did not stand (the frame tier's order stands)
     time_reverted: bool = False
 

@@ -83,8 +83,9 @@ def test_each_pair_goes_to_the_time_head_and_the_answer_says_why(collection):
 
 def test_an_order_phrased_another_way_gets_the_same_answer(collection):
     """Rephrased ("A and afterwards B", "A, next B", "A, and B later on", "B, preceded by A", "B, following
-    A"), an order is read by the time head as the world's own phrasing is, and ranks the pair alike (before, they were searched as descriptions:
-    on development seeds 0, 4 and 5 the right video of its mirror pair first for 15-19 of 30)."""
+    A"), an order is read by the time head as the world's own phrasing is, and ranks the pair alike
+    (before, the time head did not read them: on development seeds 0, 4 and 5 the right video of its
+    mirror pair first for 15-19 of 30)."""
     from models.time_query import parse_time_query
 
     corpus, engine = collection
