@@ -111,7 +111,12 @@ def time_relevance(hit: Hit, null_of) -> float | None:
 
     (the confidence left out where the head has none). Without the confidence a video that shows the
     events in the other order, or once where twice is asked, would read as fully relevant."""
-    weakest = weakest_event_relevance(hit, null_of)
+    return with_confidence(weakest_event_relevance(hit, null_of), hit)
+
+
+def with_confidence(weakest: float | None, hit: Hit) -> float | None:
+    """:func:`time_relevance` from the hit's weakest event's relevance: times its confidence, where the
+    head gave one."""
     if weakest is None or hit.time_confidence is None:
         return weakest
     return weakest * hit.time_confidence
