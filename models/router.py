@@ -19,7 +19,10 @@ motion texts' embeddings away from the still frames of their events: models.wind
 by q · f_c). A linear map, trained with the head on the world's texts (training.selection_query),
 points q at the events it names:
 
-    q_sel = normalize(q + W q + b)        (W, b = 0 at initialisation: q itself)
+    q_sel = normalize(q + W q + b + W_2 gelu(W_1 q + b_1) + b_2)
+                                      (W, b, W_2, b_2 = 0 at initialisation: q itself)
+
+(the residual branch W_2 gelu(W_1 q + b_1) + b_2 where it ships one: a map without it is linear).
 
 Selection (Eq. 2: the frame tier's ranking of the candidates a head reads, and each candidate's
 windows) uses q_sel; the head scores with q and the query's text, s_ij = q · z_T (Eq. 1).
@@ -63,27 +66,44 @@ class SelectionQuery:
 
     weight: torch.Tensor  # [d, d]
     bias: torch.Tensor  # [d]
+    # the residual branch W_2 gelu(W_1 q + b_1) + b_2 (None: a linear map)
+    hidden_weight: torch.Tensor | None = None  # W_1 [h, d]
+    hidden_bias: torch.Tensor | None = None  # b_1 [h]
+    out_weight: torch.Tensor | None = None  # W_2 [d, h]
+    out_bias: torch.Tensor | None = None  # b_2 [d]
 
     def __call__(self, q: torch.Tensor) -> torch.Tensor:
         """q_sel for query embeddings [..., d] (float32, unit length)."""
         x = q.float()
-        return F.normalize(x + x @ self.weight.T + self.bias, dim=-1)
+        y = x + x @ self.weight.T + self.bias
+        if self.hidden_weight is not None:
+            y = y + F.gelu(x @ self.hidden_weight.T + self.hidden_bias) @ self.out_weight.T + self.out_bias
+        return F.normalize(y, dim=-1)
+
+    @property
+    def hidden(self) -> int:
+        """The residual branch's width (0: a linear map)."""
+        return 0 if self.hidden_weight is None else int(self.hidden_weight.shape[0])
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """What ``selection.safetensors`` holds, by name."""
+        named = {"weight": self.weight, "bias": self.bias, "hidden_weight": self.hidden_weight,
+                 "hidden_bias": self.hidden_bias, "out_weight": self.out_weight, "out_bias": self.out_bias}  # fmt: skip
+        return {k: v.float().contiguous() for k, v in named.items() if v is not None}
 
     @property
     def fingerprint(self) -> str:
         """A short digest of the map (names caches of what selection chose with it)."""
         import hashlib
 
-        digest = hashlib.sha256(self.weight.float().numpy().tobytes() + self.bias.float().numpy().tobytes())
+        digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in self.tensors().values()))
         return digest.hexdigest()[:16]
 
     def save(self, directory: str | Path) -> Path:
         from safetensors.torch import save_file
 
         path = Path(directory) / SELECTION_FILENAME
-        save_file(
-            {"weight": self.weight.float().contiguous(), "bias": self.bias.float().contiguous()}, str(path)
-        )
+        save_file(self.tensors(), str(path))
         return path
 
 
@@ -108,7 +128,7 @@ def load_selection(directory: str | Path) -> SelectionQuery | None:
     from safetensors.torch import load_file
 
     tensors = load_file(str(path))
-    return SelectionQuery(tensors["weight"], tensors["bias"])
+    return SelectionQuery(**tensors)
 
 
 def load_router(directory: str | Path) -> Router | None:

@@ -207,18 +207,23 @@ def batch_loss(head: StreamingHead, batch: Batch, recipe: MomentRecipe) -> dict[
 # -- data -----------------------------------------------------------------------------------------------
 
 
-def moment_splits(work: Path, model: Path, recipe: MomentRecipe, *groups: tuple[int, ...]):
+def moment_splits(
+    work: Path, model: Path, recipe: MomentRecipe, *groups: tuple[int, ...], selection_recipe=None
+):
     """(selection query, its record, the splits of each group of seeds): every split rendered before
     any backbone loads (libvpx has failed to open its encoder, EINVAL, in a process that had already
-    built indexes), then the selection query trained on the world's texts (training.selection_query),
-    then each split's candidates and moments chosen by it (training.moment_data)."""
+    built indexes), then the selection query trained on the world's texts (training.selection_query, by
+    ``selection_recipe``: its default when None), then each split's candidates and moments chosen by it
+    (training.moment_data)."""
     from training.moment_data import build_split, query_embedder, render_split
-    from training.selection_query import train_selection
+    from training.selection_query import SelectionRecipe, train_selection
 
     seeds = [s for group in groups for s in group]
     for seed in seeds:
         render_split(work, seed, recipe.corpus)
-    selection, record = train_selection(query_embedder(work, seeds[0], model, recipe.corpus))
+    selection, record = train_selection(
+        query_embedder(work, seeds[0], model, recipe.corpus), selection_recipe or SelectionRecipe()
+    )
     splits = [
         [
             build_split(

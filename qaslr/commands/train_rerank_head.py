@@ -15,7 +15,15 @@ folder is served by default, or serve one with QASLR_RERANK_HEAD=OUT. On 2 cores
 about 16-20 minutes the first time (rendering, indexing and reading every candidate's moments; 5
 minutes once cached) and training 20 epochs 4-10 minutes. The shapes-world checkpoint ships the
 head it trains: what it learns, and where it falls short, is in training/tiny_world/README.md ("The
-rerank head")."""
+rerank head").
+
+``--selection-only`` refits the selection query of the head already in OUT by the current recipe and
+leaves the head's weights as they are (seconds: it embeds the world's texts once); training.json then
+keeps the record of the selection query the weights were trained beside (``selection_trained_beside``).
+``--linear-selection`` trains with the selection query's recipe before its residual branch
+(training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the two in turn:
+
+    qaslr train-rerank-head OUT --linear-selection && qaslr train-rerank-head OUT --selection-only"""
 
 from __future__ import annotations
 
@@ -50,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"... and this times its best frame by the query (served: {DEFAULT_HEAD_FRAME_WEIGHT:g}; "
         f"default {r.frame_weight:g})",
     )
+    p.add_argument("--linear-selection", action="store_true",
+                   help="train the selection query by its recipe before the residual branch (a linear map, "
+                   "600 steps): the one the shipped head's weights were trained beside")  # fmt: skip
+    p.add_argument("--selection-only", action="store_true",
+                   help="refit the selection query of the head in OUT by the current recipe (or "
+                   "--linear-selection's), its weights untouched; renders and trains nothing else")  # fmt: skip
     p.add_argument("--threads", type=int, default=2, help="torch threads")
 
 
@@ -64,8 +78,12 @@ def run(args: argparse.Namespace) -> int:
 
     from training.moment_data import describe
     from training.moment_head import MomentRecipe, evaluate, moment_splits, save, train_head, train_router
+    from training.selection_query import LINEAR_RECIPE, SelectionRecipe
 
     torch.set_num_threads(args.threads)
+    selection_recipe = LINEAR_RECIPE if args.linear_selection else SelectionRecipe()
+    if args.selection_only:
+        return _refit_selection(args, selection_recipe)
     recipe = dataclasses.replace(
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
         lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
@@ -78,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
 
     selection, selection_record, (train, dev) = moment_splits(
-        work, model, recipe, recipe.train_seeds, recipe.dev_seeds
+        work, model, recipe, recipe.train_seeds, recipe.dev_seeds, selection_recipe=selection_recipe
     )
     print(json.dumps({"selection query": selection_record}, indent=1))
     data_s = time.perf_counter() - started
@@ -106,6 +124,40 @@ def run(args: argparse.Namespace) -> int:
     selection.save(out)
     print(json.dumps({"dev": {k: v["within_pair"] for k, v in measured.items()}}, indent=1))
     print(f"rerank head written to {out} ({data_s / 60:.1f} min of data, {train_s / 60:.1f} min of training)")
+    return 0
+
+
+def _refit_selection(args, recipe) -> int:
+    """``--selection-only``: the selection query of the head in OUT fitted again by ``recipe`` on the
+    backbone's query embeddings of the world's texts (as serving embeds a query), the head untouched."""
+    import json
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from indexer.assembly import load_model
+    from training.selection_query import train_selection
+
+    out = Path(args.out)
+    record_path = out / "training.json"
+    if not record_path.is_file():
+        print(f"error: --selection-only: {out} holds no trained rerank head (no training.json)")
+        return 2
+    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
+    work.mkdir(parents=True, exist_ok=True)
+    model = Path(args.model) if args.model else _shipped_backbone(work)
+    backbone = load_model(model).backbone
+    started = time.perf_counter()
+    selection, fitted = train_selection(lambda texts: backbone.embed_texts(list(texts)), recipe)
+    record = json.loads(record_path.read_text())
+    record.setdefault("selection_trained_beside", record.get("selection"))  # a second refit keeps the first's
+    record["selection"] = {**fitted, "backbone": model.name, "fit_s": round(time.perf_counter() - started, 1),
+                           "refit": "--selection-only: fitted after the head's weights, which were trained "
+                           "beside selection_trained_beside"}  # fmt: skip
+    selection.save(out)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps({"selection query": record["selection"]}, indent=1))
+    print(f"selection query written to {out} (the head's weights untouched)")
     return 0
 
 

@@ -76,6 +76,14 @@ def test_the_shipped_rerank_head_reads_moments_with_its_router_and_selection_que
     for name in ("selection_weight", "frame_weight"):
         assert record["recipe"].get(name, 0.0) == getattr(recipe, name)
     assert record["selection"]["held-out changes: q_sel names a right event first"] >= 0.8
+    # its selection query is the current recipe's, refit after the weights (qaslr train-rerank-head
+    # --selection-only), which were trained beside the linear map the record keeps
+    from training.selection_query import LINEAR_RECIPE, SelectionRecipe
+
+    assert record["selection"]["recipe"] == SelectionRecipe().to_dict()
+    assert router.selection.hidden == SelectionRecipe().hidden
+    beside = {"hidden": 0, **record["selection_trained_beside"]["recipe"]}  # recorded before "hidden"
+    assert beside == LINEAR_RECIPE.to_dict()
     # a copy of the checkpoint serves it: the digest covers it
     copy = current_tiny_world_checkpoint(tmp_path / "tw")
     assert (copy / CHECKPOINT_HEAD_DIR / "selection.safetensors").is_file()
