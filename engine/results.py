@@ -66,6 +66,9 @@ class Hit:
     # P(it shows the order or number asked | it shows the events): the time head's calibrated
     # confidence (models.time_head.TimeHead.confidence); None where the head has none
     time_confidence: float | None = None
+    # whether it shows every event the query names: its weakest event's relevance (relevance is this
+    # times time_confidence: engine.tiers.timehead.time_relevance)
+    events_relevance: float | None = None
     # -- computed once a search and shared by its stages -------------------------------------------------
     # v·f_c over the video's frame bank, per query vector v (q, and a selection query's q_sel where one
     # serves): engine.moments.bank_relevance

@@ -86,6 +86,7 @@ def to_result(hit, clip=None) -> SearchResult:
         timeline=timeline,
         tier=hit.tier,
         relevance=clip.relevance if clip is not None else hit.relevance,
+        events_relevance=None if clip is not None else getattr(hit, "events_relevance", None),
         source=getattr(clip if clip is not None else hit, "source", "seen"),
         spoken=_spoken(hit.spoken, clip.cue) if clip is not None and clip.cue else
         None if clip is not None else _spoken(getattr(hit, "spoken", None)),

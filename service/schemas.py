@@ -398,6 +398,13 @@ class SearchResult(BaseModel):
         "never rises from one result to the next: each result shows the least of its own and those ranked "
         "above it, so it never contradicts the order shown",
     )
+    events_relevance: float | None = Field(
+        None,
+        description="ranked by the time head (`tier` `time`): whether the video shows every event the query "
+        "names, in any order or number, 0..1: its weakest event's relevance (`relevance` is this times the "
+        f"head's confidence that they show as asked; below {MIN_RELEVANCE} an event does not show, and the "
+        'page says so instead of "not as asked"); null for other tiers',
+    )
 
 
 class Timings(BaseModel):

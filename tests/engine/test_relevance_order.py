@@ -43,3 +43,11 @@ def test_a_time_tier_result_reads_its_weakest_event_times_the_heads_confidence()
     hit.time_confidence = 0.25  # the events show, but likely not in the order or number asked
     assert time_relevance(hit, null_of) == weakest * 0.25
     assert time_relevance(Hit("w", 0.0, 0.0, 2), null_of) is None  # an empty bank: nothing to say
+    # served (engine.search.evidence): the same relevance, and the weakest event's kept beside it
+    # (events_relevance: whether every event shows, which the page tells apart from "not as asked")
+    from engine.search.evidence import Evidence
+
+    evidence = Evidence(None, aggregate="max")
+    evidence.null = null_of
+    assert evidence.visual_relevance(np.zeros(4, np.float32), hit) == weakest * 0.25
+    assert hit.events_relevance == weakest

@@ -196,19 +196,27 @@ def test_a_search_in_a_real_browser_shows_cards_thumbnails_and_the_moment(driver
         )
         # a weak time-head result (an order or a count) reads "not as asked", not "no good match": its
         # relevance says whether its events show in the order or number asked
+        # relevance says whether its events show in the order or number asked; where an event does not
+        # show at all (events_relevance below the threshold) it says that instead
         labels = driver.execute_script(
             "return [{tier: 'time', relevance: 0.21}, {tier: 'time', relevance: 0.92},"
-            " {tier: 'frame', relevance: 0.21}, {tier: 'time'}].map(relevanceLabel);"
+            " {tier: 'frame', relevance: 0.21}, {tier: 'time'},"
+            " {tier: 'time', relevance: 0.21, events_relevance: 0.95},"
+            " {tier: 'time', relevance: 0.0, events_relevance: 0.3}].map(relevanceLabel);"
         )
         assert [x["text"] for x in labels] == [
             "not as asked (relevance 0.21)",
             "relevance 0.92",
             "no good match (relevance 0.21)",
             "",
+            "not as asked (relevance 0.21)",
+            "an event does not show (relevance 0.00)",
         ]
-        assert [x["weak"] for x in labels] == [True, False, True, False]
+        assert [x["weak"] for x in labels] == [True, False, True, False, True, True]
         assert "in the order or number asked" in labels[0]["title"]
         assert "nothing like it is there" in labels[2]["title"]
+        assert "every event shows, but not in the order or number asked" in labels[4]["title"]
+        assert "does not show (the weakest reads 0.30)" in labels[5]["title"]
         # 5. a screenshot
         shot = tmp_path / "search-page.png"
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 0

@@ -80,6 +80,11 @@ def test_readyz_the_page_and_every_answer_say_shapes_world(world_index, tiny_wor
             assert body["rerank_embedder"] is None and {hit["tier"] for hit in body["results"]} == {"frame"}
         else:
             assert body["rerank_embedder"] == "time" and {hit["tier"] for hit in body["results"]} == {"time"}
+        for hit in body["results"]:  # whether its events show at all, beside whether as asked
+            if hit["tier"] == "time":
+                assert 0.0 <= hit["relevance"] <= hit["events_relevance"] + 1e-9 <= 1.0 + 1e-9, hit
+            else:
+                assert hit["events_relevance"] is None, hit
         assert "time_head_source" in client.get("/static/app.js").text  # the page's status line names it
         page = client.get("/").text
         assert 'id="shapes-world"' in page and "mean nothing" in page
