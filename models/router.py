@@ -16,8 +16,8 @@ moments. A query about time names what changes or what happens when ("a red squa
 to right", "A, then B"); the frames that hold its evidence show the events it names, but its
 embedding need not lie near theirs (a tiny-world backbone that learned to see motion moved its
 motion texts' embeddings away from the still frames of their events: models.windows picks moments
-by q · f_c). A linear map, trained with the head on the world's texts (training.selection_query),
-points q at the events it names:
+by q · f_c). A small residual map, trained with the head on the world's texts
+(training.selection_query), points q at the events it names:
 
     q_sel = normalize(q + W q + b + W_2 gelu(W_1 q + b_1) + b_2)
                                       (W, b, W_2, b_2 = 0 at initialisation: q itself)

@@ -18,7 +18,7 @@ head it trains: what it learns, and where it falls short, is in training/tiny_wo
 rerank head").
 
 ``--selection-only`` refits the selection query of the head already in OUT by the current recipe and
-leaves the head's weights as they are (seconds: it embeds the world's texts once); training.json then
+leaves the head's weights as they are (about a minute on 2 cores: it embeds the world's texts once); training.json then
 keeps the record of the selection query the weights were trained beside (``selection_trained_beside``).
 ``--linear-selection`` trains with the selection query's recipe before its residual branch
 (training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the two in turn:
