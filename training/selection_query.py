@@ -137,7 +137,7 @@ def train_selection(
         opt.zero_grad()
         loss.backward()
         opt.step()
-    selection = detached(_selection_of(layers))
+    selection = _detached(_selection_of(layers))
     record = {"recipe": recipe.to_dict(), "texts": {"train": len(train), "held out": len(test)},
               "final_loss": float(loss.detach())}  # fmt: skip
     with torch.no_grad():
@@ -162,7 +162,7 @@ def _selection_of(layers: list[torch.nn.Linear]) -> SelectionQuery:
     return SelectionQuery(layers[0].weight, layers[0].bias, **branch)
 
 
-def detached(selection: SelectionQuery) -> SelectionQuery:
+def _detached(selection: SelectionQuery) -> SelectionQuery:
     """``selection`` with its tensors detached from training's graph."""
     return SelectionQuery(**{k: v.detach().clone() for k, v in selection.tensors().items()})
 

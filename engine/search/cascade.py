@@ -64,7 +64,7 @@ from core.config import MIN_RELEVANCE, SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
 from engine.tiers import RerankStats, TierRequest
-from engine.tiers.timehead import with_confidence
+from engine.tiers.timehead import time_relevance
 from models.router import frame_evidence
 from models.selection import query_key
 from models.time_query import parse_time_query
@@ -348,7 +348,7 @@ class Cascade:
         ours, theirs = first.time_confidence, frame_first.time_confidence
         if other is None or ours is None or theirs is None or not ours >= 0.5 > theirs:
             return None
-        if with_confidence(weakest, first) < with_confidence(other, frame_first):  # its relevance is lower
+        if time_relevance(weakest, first) < time_relevance(other, frame_first):  # its relevance is lower
             return None
         return (f"; its first shows every event less plainly ({weakest:.2f} against {other:.2f}), but the time "
                 f"head's confidence that it shows them as asked ({ours:.2f}, the frame tier's first "

@@ -37,7 +37,7 @@ from engine.search.request import SearchParams
 from engine.search.stage1 import STAGE2_MODES
 from engine.spoken import combined_relevance
 from engine.tiers.frame import frame_score
-from engine.tiers.timehead import weakest_event_relevance, with_confidence
+from engine.tiers.timehead import time_relevance, weakest_event_relevance
 
 __all__ = ["MAX_CLIPS_PER_VIDEO", "Evidence"]
 
@@ -61,8 +61,8 @@ class Evidence:
 
     def visual_relevance(self, q_vec: np.ndarray, hit: Hit) -> float | None:
         if hit.events is not None:  # a query about time: its weakest event's, times the head's confidence
-            hit.events_relevance = weakest_event_relevance(hit, self.null)  # (time_relevance), kept apart
-            return with_confidence(hit.events_relevance, hit)
+            hit.events_relevance = weakest_event_relevance(hit, self.null)  # kept apart for the answer
+            return time_relevance(hit.events_relevance, hit)
         if hit.peak is None:
             rel = bank_relevance(self.index, hit, q_vec)
             hit.peak = float(rel.max()) if rel.size else None

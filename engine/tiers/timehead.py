@@ -102,21 +102,16 @@ def time_moment(bank, x: np.ndarray, plan: TimeQuery, record) -> tuple[float, fl
     return min(a for a, _ in spans), max(b for _, b in spans)
 
 
-def time_relevance(hit: Hit, null_of) -> float | None:
-    """A time-tier hit's relevance (engine.relevance): whether it shows every event, each event's best
-    bank frame against that event's own null (:func:`weakest_event_relevance`), and in the order or
-    number asked, the time head's calibrated confidence (models.time_head.TimeHead.confidence):
+def time_relevance(weakest: float | None, hit: Hit) -> float | None:
+    """A time-tier hit's relevance (engine.relevance) from its weakest event's (whether it shows every
+    event, each event's best bank frame against that event's own null: :func:`weakest_event_relevance`)
+    and, for the order or number asked, the time head's calibrated confidence
+    (models.time_head.TimeHead.confidence):
 
         relevance = min_k relevance(max_t p_k · f_t, null(p_k)) · sigmoid(a_c · y_T + b_c)
 
     (the confidence left out where the head has none). Without the confidence a video that shows the
     events in the other order, or once where twice is asked, would read as fully relevant."""
-    return with_confidence(weakest_event_relevance(hit, null_of), hit)
-
-
-def with_confidence(weakest: float | None, hit: Hit) -> float | None:
-    """:func:`time_relevance` from the hit's weakest event's relevance: times its confidence, where the
-    head gave one."""
     if weakest is None or hit.time_confidence is None:
         return weakest
     return weakest * hit.time_confidence

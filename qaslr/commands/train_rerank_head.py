@@ -70,7 +70,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import json
-    import tempfile
     import time
     from pathlib import Path
 
@@ -88,9 +87,7 @@ def run(args: argparse.Namespace) -> int:
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
         lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
     )  # fmt: skip
-    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
-    work.mkdir(parents=True, exist_ok=True)
-    model = Path(args.model) if args.model else _shipped_backbone(work)
+    work, model = _workdir_and_model(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -131,7 +128,6 @@ def _refit_selection(args, recipe) -> int:
     """``--selection-only``: the selection query of the head in OUT fitted again by ``recipe`` on the
     backbone's query embeddings of the world's texts (as serving embeds a query), the head untouched."""
     import json
-    import tempfile
     import time
     from pathlib import Path
 
@@ -143,9 +139,7 @@ def _refit_selection(args, recipe) -> int:
     if not record_path.is_file():
         print(f"error: --selection-only: {out} holds no trained rerank head (no training.json)")
         return 2
-    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
-    work.mkdir(parents=True, exist_ok=True)
-    model = Path(args.model) if args.model else _shipped_backbone(work)
+    _, model = _workdir_and_model(args)
     backbone = load_model(model).backbone
     started = time.perf_counter()
     selection, fitted = train_selection(lambda texts: backbone.embed_texts(list(texts)), recipe)
@@ -159,6 +153,17 @@ def _refit_selection(args, recipe) -> int:
     print(json.dumps({"selection query": record["selection"]}, indent=1))
     print(f"selection query written to {out} (the head's weights untouched)")
     return 0
+
+
+def _workdir_and_model(args):
+    """(--workdir, created: default qaslr-rerank-head under the temp directory; --model, default the
+    shipped tiny-world backbone written into it once)."""
+    import tempfile
+    from pathlib import Path
+
+    work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-rerank-head")
+    work.mkdir(parents=True, exist_ok=True)
+    return work, Path(args.model) if args.model else _shipped_backbone(work)
 
 
 def _shipped_backbone(work):

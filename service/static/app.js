@@ -385,15 +385,17 @@ function relevanceLabel(result) {
   const shown = value.toFixed(2);
   if (result.tier === "time") {
     // weak because an event does not show at all, or because they do not show as asked
-    const missing = result.events_relevance != null && result.events_relevance < MIN_RELEVANCE;
+    const events = result.events_relevance;
+    const missing = events != null && events < MIN_RELEVANCE;
+    let why = "an event does not show, or not as asked";
+    if (missing) why = `an event the query names does not show (the weakest reads ${events.toFixed(2)})`;
+    else if (weak && events != null) why = "every event shows, but not in the order or number asked";
+    let text = `relevance ${shown}`;
+    if (weak) text = `${missing ? "an event does not show" : "not as asked"} (relevance ${shown})`;
     return {
-      text: !weak ? `relevance ${shown}`
-        : missing ? `an event does not show (relevance ${shown})` : `not as asked (relevance ${shown})`,
+      text,
       title: "whether the video shows every event the query names, in the order or number asked, 0 to 1, "
-        + `comparable across queries; below ${MIN_RELEVANCE} `
-        + (missing ? `an event the query names does not show (the weakest reads ${result.events_relevance.toFixed(2)})`
-          : weak && result.events_relevance != null ? "every event shows, but not in the order or number asked"
-            : "an event does not show, or not as asked"),
+        + `comparable across queries; below ${MIN_RELEVANCE} ${why}`,
       weak,
     };
   }

@@ -39,10 +39,14 @@ def test_a_time_tier_result_reads_its_weakest_event_times_the_heads_confidence()
         return nulls[int(np.argmax(e))]
 
     weakest = min(relevance(0.97, 0.2), relevance(0.91, 0.1))
-    assert weakest_event_relevance(hit, null_of) == time_relevance(hit, null_of) == weakest  # uncalibrated
+    assert weakest_event_relevance(hit, null_of) == weakest
+    assert time_relevance(weakest_event_relevance(hit, null_of), hit) == weakest  # uncalibrated
     hit.time_confidence = 0.25  # the events show, but likely not in the order or number asked
-    assert time_relevance(hit, null_of) == weakest * 0.25
-    assert time_relevance(Hit("w", 0.0, 0.0, 2), null_of) is None  # an empty bank: nothing to say
+    assert time_relevance(weakest_event_relevance(hit, null_of), hit) == weakest * 0.25
+    empty = Hit("w", 0.0, 0.0, 2)
+    assert (
+        time_relevance(weakest_event_relevance(empty, null_of), empty) is None
+    )  # an empty bank: nothing to say
     # served (engine.search.evidence): the same relevance, and the weakest event's kept beside it
     # (events_relevance: whether every event shows, which the page tells apart from "not as asked")
     from engine.search.evidence import Evidence
