@@ -84,9 +84,9 @@ def index_split(corpus, work: Path, model: Path) -> Path:
     return index
 
 
-def query_embedder(work: Path, seed: int, model: Path, corpus: dict):
-    """texts -> their query embeddings [n, d] as serving embeds queries over split ``seed``'s index
-    (its backbone and instruction): what the selection query trains on (training.selection_query)."""
+def query_encoder(work: Path, seed: int, model: Path, corpus: dict):
+    """The stage-2 encoder serving builds over split ``seed``'s index (its backbone and instruction):
+    how serving embeds a query there."""
     from indexer.assembly import encoder_for, load_model_for_index
     from indexer.store import IndexReader
 
@@ -94,10 +94,28 @@ def query_embedder(work: Path, seed: int, model: Path, corpus: dict):
     reader = IndexReader(index)
     try:
         loaded = load_model_for_index(reader.manifest, model, head_dir=None)
-        encoder = encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
+        return encoder_for(reader.manifest, loaded.backbone, None, clip_batch_size=8)
     finally:
         reader.close()
+
+
+def query_embedder(work: Path, seed: int, model: Path, corpus: dict):
+    """texts -> their query embeddings [n, d] as serving embeds queries over split ``seed``'s index:
+    what the selection query trains on (training.selection_query)."""
+    encoder = query_encoder(work, seed, model, corpus)
     return lambda texts: encoder.backbone.embed_texts(list(texts), instruction=encoder.instruction)
+
+
+def query_states(work: Path, seed: int, model: Path, corpus: dict):
+    """texts -> (q [n, d], the final hidden states of their prompts): what a split's query items hold
+    (``build_split``), for queries composed from its windows (training.order_mix)."""
+    encoder = query_encoder(work, seed, model, corpus)
+
+    def embed(texts):
+        states = encoder.backbone.text_states(list(texts), instruction=encoder.instruction)
+        return encoder.backbone.pool(states), states
+
+    return embed
 
 
 def build_split(

@@ -34,7 +34,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +85,12 @@ class MomentRecipe:
     # the candidates 0.46 against 0.55: training/tiny_world/README.md), so it trains by q · z_T alone
     selection_weight: float = 0.0
     frame_weight: float = 0.0
+    # order contrast: every order query's own video also stands as a negative with its clips in the
+    # other order (the same evidence, the events the other way round; ``order_contrast``)
+    order_contrast: bool = False
+    # composed order queries added to the training splits' (training.order_mix: clips of two still
+    # events from the splits' encoded windows, in one order and the other)
+    composed_orders: int = 0
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -134,13 +140,19 @@ class Batch:
     size: tuple[int, int]  # (B, C)
 
 
+def window_key(candidate: str, window: tuple) -> tuple:
+    """A window's evidence key: (candidate, first, last), or a composed candidate's (video, first,
+    last) as it stands (training.order_mix: its clips come from several videos)."""
+    return window if len(window) == 3 else (candidate, *window)
+
+
 def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
     """The head's inputs for ``items``; ``order`` (per item, per candidate: a permutation of its
     windows) feeds the Table 5 controls (shuffled, reversed clips)."""
     b, c = len(items), max(len(i.candidates) for i in items)
     t = max(len(w) for i in items for w in i.windows)
-    m = max(e[0].shape[0] for i in items for cand, ws in zip(i.candidates, i.windows, strict=True)
-            for e in (evidence[(cand, a, z)] for a, z in ws))  # fmt: skip
+    m = max(evidence[window_key(cand, w)][0].shape[0] for i in items
+            for cand, ws in zip(i.candidates, i.windows, strict=True) for w in ws)  # fmt: skip
     d_hidden = items[0].states.shape[-1]
     s = max(i.states.shape[0] for i in items)
     ev = torch.zeros(b * c, t, m, d_hidden)
@@ -158,8 +170,8 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
             valid[i, j], true_of[i, j] = True, item.true_of[j]
             selected[i, j], own[i, j] = item.frame_scores[j], item.query_frame_scores[j]
             steps = ws if order is None else [ws[k] for k in order(i, j, len(ws))]
-            for k, (a, z) in enumerate(steps):
-                tokens, mask, where = evidence[(cand, a, z)]
+            for k, w in enumerate(steps):
+                tokens, mask, where = evidence[window_key(cand, w)]
                 ev[row, k, : tokens.shape[0]] = tokens.float()
                 emask[row, k, : mask.shape[0]] = mask
                 places[row, k, : where.shape[0]] = where.float()
@@ -252,6 +264,8 @@ def train_head(train: list[Split], dev: list[Split], recipe: MomentRecipe, *, hi
     head = create_head(head_config(recipe, hidden, embed, max_evidence), seed=recipe.seed)
     evidence = {k: v for s in train for k, v in s.evidence.items()}
     items = [i for s in train for i in s.items]
+    if recipe.order_contrast:
+        items = [order_contrast(i) for i in items]
     opt = torch.optim.AdamW(head.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     steps_per_epoch = math.ceil(len(items) / recipe.batch)
     total = recipe.epochs * steps_per_epoch
@@ -284,6 +298,25 @@ def train_head(train: list[Split], dev: list[Split], recipe: MomentRecipe, *, hi
         logger.info("epoch %d: %s", epoch + 1, record)
     head.eval()
     return head, history
+
+
+def order_contrast(item: QueryItem) -> QueryItem:
+    """An order query with one more negative candidate: its own video's clips read in the other
+    order (Table 5's reversed control as a training negative). The evidence is the same as the
+    positive's, so only the order of the clips tells the two apart: a hard negative that the pair
+    partner (other pixels, another rendering of the events) is only in part. Other kinds as they are:
+    a change is read within each clip, and a count does not change with the order."""
+    if item.kind != "order" or len(item.windows[item.target]) < 2:
+        return item
+    t = item.target
+    return replace(
+        item,
+        candidates=[*item.candidates, item.candidates[t]],
+        true_of=[*item.true_of, False],
+        windows=[*item.windows, item.windows[t][::-1]],
+        frame_scores=[*item.frame_scores, item.frame_scores[t]],
+        query_frame_scores=[*item.query_frame_scores, item.query_frame_scores[t]],
+    )
 
 
 # -- evaluation -----------------------------------------------------------------------------------------

@@ -58,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"... and this times its best frame by the query (served: {DEFAULT_HEAD_FRAME_WEIGHT:g}; "
         f"default {r.frame_weight:g})",
     )
+    p.add_argument("--order-contrast", action="store_true",
+                   help="every order query's own video also stands as a negative with its clips in the other "
+                   "order (training.moment_head.order_contrast)")  # fmt: skip
+    p.add_argument("--composed-orders", type=int, default=r.composed_orders,
+                   help="also train on this many order queries composed from the splits' clips of two "
+                   "still events (training.order_mix)")  # fmt: skip
     p.add_argument("--linear-selection", action="store_true",
                    help="train the selection query by its recipe before the residual branch (a linear map, "
                    "600 steps): the one the shipped head's weights were trained beside")  # fmt: skip
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     from training.moment_data import describe
     from training.moment_head import MomentRecipe, evaluate, moment_splits, save, train_head, train_router
+    from training.order_mix import composed_split
     from training.selection_query import LINEAR_RECIPE, SelectionRecipe
 
     torch.set_num_threads(args.threads)
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = dataclasses.replace(
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
         lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
+        order_contrast=args.order_contrast, composed_orders=args.composed_orders,
     )  # fmt: skip
     work, model = _workdir_and_model(args)
     out = Path(args.out)
@@ -96,12 +104,13 @@ def run(args: argparse.Namespace) -> int:
         work, model, recipe, recipe.train_seeds, recipe.dev_seeds, selection_recipe=selection_recipe
     )
     print(json.dumps({"selection query": selection_record}, indent=1))
+    composed = composed_split(work, model, recipe, train)  # the head trains on them too, the router not
     data_s = time.perf_counter() - started
     sample = train[0].items[0]
     hidden, embed = sample.states.shape[-1], sample.q.shape[-1]
     max_evidence = max(e[0].shape[0] for s in train for e in s.evidence.values())
     with open(out / "train_log.jsonl", "w") as log:
-        head, history = train_head(train, dev, recipe, hidden=hidden, embed=embed,
+        head, history = train_head(train + ([composed] if composed else []), dev, recipe, hidden=hidden, embed=embed,
                                    max_evidence=_index_m(model, max_evidence), log=log)  # fmt: skip
     train_s = time.perf_counter() - started - data_s
     router = train_router(train, dev, seed=recipe.seed)
@@ -109,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
     record = {
         "recipe": recipe.to_dict(),
         "backbone": model.name,
-        "data": {"train": [describe(s) for s in train], "dev": [describe(s) for s in dev]},
+        "data": {
+            "train": [describe(s) for s in train],
+            "dev": [describe(s) for s in dev],
+            **({"composed": describe(composed)} if composed else {}),
+        },
         "data_s": round(data_s, 1),
         "train_s": round(train_s, 1),
         "history": history,

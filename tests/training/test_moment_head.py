@@ -82,6 +82,32 @@ def test_the_recipe_trains_and_a_served_head_scores_as_training_scored(
         engine.close()
 
 
+def test_order_contrast_adds_the_own_video_with_its_clips_the_other_way_as_a_negative(split):
+    """--order-contrast: an order query's own video stands once more among its candidates, its clips
+    reversed and not a positive (the same evidence: only the order tells them apart); other kinds as
+    they are; the recipe trains with it."""
+    from training.moment_head import MomentRecipe, make_batch, order_contrast, train_head
+
+    _, data = split
+    item = next(i for i in data.items if i.kind == "order" and len(i.windows[i.target]) >= 2)
+    got = order_contrast(item)
+    t = item.target
+    assert got.candidates == [*item.candidates, item.candidates[t]] and got.target == t
+    assert got.windows[-1] == item.windows[t][::-1] != item.windows[t]
+    assert got.true_of == [*item.true_of, False]
+    assert got.frame_scores[-1] == item.frame_scores[t]
+    assert item.windows[t] == got.windows[t]  # the item itself untouched
+    for other in (i for i in data.items if i.kind != "order"):
+        assert order_contrast(other) is other
+    batch = make_batch([got], data.evidence)
+    c = batch.size[1]
+    assert torch.equal(batch.evidence[c - 1, 0], batch.evidence[t, len(item.windows[t]) - 1])
+    hidden, embed = item.states.shape[-1], item.q.shape[-1]
+    recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN, order_contrast=True)
+    _, history = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
+    assert np.isfinite(history[-1]["loss"])
+
+
 class _Clock:
     """A stage clock that times nothing (engine.search.clock's interface)."""
 
@@ -154,3 +180,55 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
             assert item.query_frame_scores[j] == pytest.approx(own[cand], abs=2e-3)
     finally:
         engine.close()
+
+
+def test_windows_are_labelled_by_the_still_event_they_show(split):
+    """training.order_mix: a window is labelled with the one still event its frames overlap (world
+    truth), or as haystack; a window on a change is left out."""
+    from training.order_mix import HAYSTACK, window_labels
+
+    work, data = split
+    labels = window_labels(work, data)
+    truth = {v["id"]: v for v in json.loads((work / "moment-corpus-11" / "truth.json").read_text())["videos"]}
+    assert labels and set(labels) <= set(data.evidence)
+    named = [(key, name) for key, name in labels.items() if name != HAYSTACK]
+    assert named and any(name == HAYSTACK for name in labels.values())
+    for (video, _, _), name in named:
+        shown = truth[video.split("/", 1)[1]]
+        assert shown["kind"] != "motion" and name in {e[0] for e in shown["events"]}
+
+
+def test_composed_order_queries_contrast_the_same_clips_in_the_other_order():
+    """A composed "A, then B": the target reads A's clip before B's among haystack clips, the mirror
+    the same clips with A and B swapped, the others another event in A's or B's place; the text
+    names A first; every window is a (video, first, last) key make_batch reads."""
+    from models.backbone import ClipStates
+    from training.moment_head import make_batch
+    from training.order_mix import HAYSTACK, composed_orders
+    from world.meaning import Meaning
+
+    names = ["red square", "blue circle", "green bar", "white triangle", "cyan square"]
+    labels = {(f"9/v{i}", 2 * k, 2 * k + 1): name for i, name in enumerate(names) for k in range(2)}
+    labels.update({(f"9/h{k}", 0, 1): HAYSTACK for k in range(6)})
+    evidence = {key: (torch.full((3, 8), float(n)), torch.ones(3, dtype=torch.bool), torch.zeros(3, 4))
+                for n, key in enumerate(sorted(labels))}  # fmt: skip
+
+    def embed(texts):
+        hidden = torch.randn(len(texts), 5, 8)
+        return torch.randn(len(texts), 8), ClipStates(hidden, torch.ones(len(texts), 5, dtype=torch.bool))
+
+    items = composed_orders(labels, embed, 20, seed=3)
+    assert len(items) == 20 and {i.kind for i in items} == {"order"}
+    for item in items:
+        target, mirror, other_first, other_last, mirror2 = item.windows
+        events = [(k, labels[w]) for k, w in enumerate(target) if labels[w] != HAYSTACK]
+        (ia, a), (ib, b) = events
+        assert ia < ib and a != b
+        assert Meaning("order", (a, b)).texts().__contains__(item.text)
+        assert mirror[ia] == target[ib] and mirror[ib] == target[ia]
+        assert labels[other_first[ia]] not in (a, b) and other_first[ib] == target[ib]
+        assert labels[other_last[ib]] not in (a, b) and other_last[ia] == target[ia]
+        assert labels[mirror2[ia]] == b and labels[mirror2[ib]] == a
+        assert item.true_of == [True, False, False, False, False] and item.target == 0 and item.partner == 1
+    batch = make_batch(items[:2], evidence)
+    assert batch.size == (2, 5) and batch.step_mask.all()
