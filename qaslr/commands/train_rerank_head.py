@@ -23,7 +23,12 @@ keeps the record of the selection query the weights were trained beside (``selec
 ``--linear-selection`` trains with the selection query's recipe before its residual branch
 (training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the two in turn:
 
-    qaslr train-rerank-head OUT --linear-selection && qaslr train-rerank-head OUT --selection-only"""
+    qaslr train-rerank-head OUT --linear-selection && qaslr train-rerank-head OUT --selection-only
+
+``--order-contrast`` and ``--composed-orders N`` train for order: each order query's own video with its
+clips the other way round as one more negative, and N order queries composed from the splits' clips of
+two still events (training.order_mix). Neither ships: the head's order stayed near chance with them
+(training/tiny_world/README.md, "Order: what the head did not learn")."""
 
 from __future__ import annotations
 
