@@ -50,7 +50,9 @@ class QueryItem:
     candidates: list[str]  # video keys ("<split>/<video id>")
     target: int  # the query's own video among ``candidates``
     true_of: list[bool]  # per candidate: the query is true of it (the target included)
-    windows: list[list[tuple[int, int]]]  # per candidate: its moments, (first, last) bank positions
+    # per candidate: its moments, (first, last) bank positions (a composed candidate: (video, first, last),
+    # training.order_mix)
+    windows: list[list[tuple]]
     partner: int | None = None  # the pair partner among ``candidates`` (a hard negative)
     # per candidate: the frame tier's score (by q_sel where a selection query chose the candidates)
     frame_scores: list[float] = field(default_factory=list)
