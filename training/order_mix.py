@@ -25,7 +25,6 @@ so the contrast is Eq. 11's over the candidates, as for a rendered query. A cand
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -36,17 +35,16 @@ STILL_KINDS = ("single", "order", "count")  # world.corpus video kinds whose eve
 HAYSTACK = ""
 
 
-def window_labels(work: Path, split: Split) -> dict[tuple[str, int, int], str]:
-    """Per encoded window of ``split``: the still event its frames overlap (its name), HAYSTACK for
-    none; windows on a change, or on two events, are left out."""
+def window_labels(work: Path, model: Path, corpus: dict, split: Split) -> dict[tuple[str, int, int], str]:
+    """Per encoded window of ``split`` (rendered and indexed under ``work`` with ``corpus`` and ``model``,
+    training.moment_data): the still event its frames overlap (its name), HAYSTACK for none; windows on
+    a change, or on two events, are left out."""
     from indexer.store import IndexReader
+    from training.moment_data import index_split, render_split
 
-    seed = split.seed
-    truth = {
-        v["id"]: v for v in json.loads((work / f"moment-corpus-{seed}" / "truth.json").read_text())["videos"]
-    }
-    index = next(work.glob(f"moment-index-moment-corpus-{seed}-*"))
-    reader = IndexReader(index)
+    rendered = render_split(work, split.seed, corpus)
+    truth = rendered.by_id()
+    reader = IndexReader(index_split(rendered, work, model))
     labels = {}
     try:
         times = {}
@@ -58,10 +56,10 @@ def window_labels(work: Path, split: Split) -> dict[tuple[str, int, int], str]:
                 times[vid] = np.asarray(bank.frame_indices, dtype=np.float64) / float(reader.video(vid).fps)
             t = times[vid]
             start, end = t[a], t[z]
-            shown = [name for name, e0, e1 in truth[vid]["events"] if start <= e1 + 0.5 and end >= e0 - 0.5]
+            shown = [name for name, e0, e1 in truth[vid].events if start <= e1 + 0.5 and end >= e0 - 0.5]
             if not shown:
                 labels[key] = HAYSTACK
-            elif len(shown) == 1 and truth[vid]["kind"] in STILL_KINDS:
+            elif len(shown) == 1 and truth[vid].kind in STILL_KINDS:
                 labels[key] = shown[0]
     finally:
         reader.close()
@@ -137,16 +135,16 @@ def composed_orders(
     return items
 
 
-def composed_split(work: Path, model: Path, recipe, train: list[Split]) -> Split | None:
+def composed_split(work: Path, model: Path, recipe, train: list[Split]) -> list[Split]:
     """``recipe.composed_orders`` composed order queries (training.moment_head.MomentRecipe) from the
-    windows of the training splits ``train``, as one more split (seed 0, its evidence theirs); None
-    for none."""
+    windows of the training splits ``train``, as one more split (seed 0, its evidence theirs); none
+    for 0."""
     from training.moment_data import query_states
 
     if not recipe.composed_orders:
-        return None
+        return []
     labels = {}
     for split in train:
-        labels.update(window_labels(work, split))
+        labels.update(window_labels(work, model, recipe.corpus, split))
     embed = query_states(work, train[0].seed, model, recipe.corpus)
-    return Split(0, composed_orders(labels, embed, recipe.composed_orders, seed=recipe.seed), {})
+    return [Split(0, composed_orders(labels, embed, recipe.composed_orders, seed=recipe.seed), {})]

@@ -18,8 +18,9 @@ head it trains: what it learns, and where it falls short, is in training/tiny_wo
 rerank head").
 
 ``--selection-only`` refits the selection query of the head already in OUT by the current recipe and
-leaves the head's weights as they are (about a minute on 2 cores: it embeds the world's texts once); training.json then
-keeps the record of the selection query the weights were trained beside (``selection_trained_beside``).
+leaves the head's weights as they are (about a minute on 2 cores: it embeds the world's texts once);
+training.json then keeps the record of the selection query the weights were trained beside
+(``selection_trained_beside``).
 ``--linear-selection`` trains with the selection query's recipe before its residual branch
 (training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the two in turn:
 
@@ -27,8 +28,8 @@ keeps the record of the selection query the weights were trained beside (``selec
 
 ``--order-contrast`` and ``--composed-orders N`` train for order: each order query's own video with its
 clips the other way round as one more negative, and N order queries composed from the splits' clips of
-two still events (training.order_mix). Neither ships: the head's order stayed near chance with them
-(training/tiny_world/README.md, "Order: what the head did not learn")."""
+two still events (training.order_mix). Neither ships: with them the head's order stayed far below the
+time head's (training/tiny_world/README.md, "Order: what the head did not learn")."""
 
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     hidden, embed = sample.states.shape[-1], sample.q.shape[-1]
     max_evidence = max(e[0].shape[0] for s in train for e in s.evidence.values())
     with open(out / "train_log.jsonl", "w") as log:
-        head, history = train_head(train + ([composed] if composed else []), dev, recipe, hidden=hidden, embed=embed,
+        head, history = train_head(train + composed, dev, recipe, hidden=hidden, embed=embed,
                                    max_evidence=_index_m(model, max_evidence), log=log)  # fmt: skip
     train_s = time.perf_counter() - started - data_s
     router = train_router(train, dev, seed=recipe.seed)
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         "data": {
             "train": [describe(s) for s in train],
             "dev": [describe(s) for s in dev],
-            **({"composed": describe(composed)} if composed else {}),
+            "composed": [describe(s) for s in composed],
         },
         "data_s": round(data_s, 1),
         "train_s": round(train_s, 1),

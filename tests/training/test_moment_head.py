@@ -182,13 +182,13 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
         engine.close()
 
 
-def test_windows_are_labelled_by_the_still_event_they_show(split):
+def test_windows_are_labelled_by_the_still_event_they_show(split, tiny_world_checkpoint):
     """training.order_mix: a window is labelled with the one still event its frames overlap (world
     truth), or as haystack; a window on a change is left out."""
     from training.order_mix import HAYSTACK, window_labels
 
     work, data = split
-    labels = window_labels(work, data)
+    labels = window_labels(work, tiny_world_checkpoint, CORPUS, data)
     truth = {v["id"]: v for v in json.loads((work / "moment-corpus-11" / "truth.json").read_text())["videos"]}
     assert labels and set(labels) <= set(data.evidence)
     named = [(key, name) for key, name in labels.items() if name != HAYSTACK]
@@ -224,7 +224,7 @@ def test_composed_order_queries_contrast_the_same_clips_in_the_other_order():
         events = [(k, labels[w]) for k, w in enumerate(target) if labels[w] != HAYSTACK]
         (ia, a), (ib, b) = events
         assert ia < ib and a != b
-        assert Meaning("order", (a, b)).texts().__contains__(item.text)
+        assert item.text in Meaning("order", (a, b)).texts()
         assert mirror[ia] == target[ib] and mirror[ib] == target[ia]
         assert labels[other_first[ia]] not in (a, b) and other_first[ib] == target[ib]
         assert labels[other_last[ib]] not in (a, b) and other_last[ia] == target[ia]
