@@ -13,6 +13,9 @@ such a memory, kept small and trained on what the backbone already sees well (si
                                                               (the conditioning input c of Eq. 4)
     H_t     =  GRU(H_{t-1}, W_in (s · x_t))                   one memory update per bank frame, the
                                                               role of Eq. 6-8's U_phi(H_{t-1}, E_t)
+                                                              (``peak_inputs``: W_in [s · x_t ;
+                                                              x_t / max(max_t' x_t', 0.05)], the
+                                                              showing's shape whatever its height)
     y_t     =  w · H_t + b                                    a readout after every step (Eq. 9-10);
                                                               the candidate's score is y_T
 
@@ -65,6 +68,7 @@ __all__ = [
 ]
 
 TIME_CONFIG_FILENAME = "time_head.json"
+PEAK_FLOOR = 0.05  # a peak below this (a video without the event: noise) is read as this
 TIME_WEIGHTS_FILENAME = "time_head.safetensors"
 
 
@@ -74,6 +78,10 @@ class TimeHeadConfig:
     max_events: int = 2  # S: event slots per query (order of two, or one counted event)
     conditions: tuple[str, ...] = ("order", "count:1", "count:2")  # what it was trained to answer
     input_scale: float = 10.0  # s: bank cosines above the median are a few tenths
+    # also read each event's relevance over its peak in the video (x_t[k] / max_t' x_t'[k]): a showing's
+    # shape whatever its height (white shapes on grey peak lower than coloured ones); off in heads
+    # trained before it
+    peak_inputs: bool = False
     # recorded by training: the backbone the event embeddings and frame banks came from
     backbone: str | None = None
     trained: dict = field(default_factory=dict)  # data, steps, seed, validation numbers
@@ -119,7 +127,7 @@ class TimeHead(nn.Module):
         self.config = config
         h = config.hidden
         self.condition = nn.Embedding(len(config.conditions), h)
-        self.inp = nn.Linear(config.max_events, h)
+        self.inp = nn.Linear(config.max_events * (2 if config.peak_inputs else 1), h)
         self.memory = nn.GRU(h, h, batch_first=True)
         self.readout = nn.Linear(h, 1)
 
@@ -136,7 +144,11 @@ class TimeHead(nn.Module):
         ``lengths`` [B], ``condition`` [B] indices. Returns the readouts after every step [B, T]
         (steps past a row's length are meaningless) and each row's final score y_T [B]."""
         h0 = torch.tanh(self.condition(condition)).unsqueeze(0)  # [1, B, H]
-        states, _ = self.memory(self.inp(x * self.config.input_scale), h0)
+        inputs = x * self.config.input_scale
+        if self.config.peak_inputs:  # each event's relevance over its own peak (padding stays 0)
+            peak = x.amax(dim=1, keepdim=True).clamp(min=PEAK_FLOOR)
+            inputs = torch.cat([inputs, x / peak], dim=-1)
+        states, _ = self.memory(self.inp(inputs), h0)
         steps = self.readout(states).squeeze(-1)  # [B, T]
         last = (lengths.clamp(min=1) - 1).long()
         final = steps.gather(1, last[:, None]).squeeze(1)

@@ -290,13 +290,14 @@ def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augm
 
 def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, negatives: int = 14,
                     lr: float = 1e-2, step_weight: float = 0.0, distill_weight: float = 0.0,
-                    hidden: int = 32, seed: int = 0, augment: float = 0.5, val: TimeSplit | None = None,
+                    hidden: int = 32, peak_inputs: bool = False, seed: int = 0, augment: float = 0.5,
+                    val: TimeSplit | None = None,
                     log_every: int = 250) -> TimeHead:  # fmt: skip
     """Fit a head on ``train`` (module docstring); returns it in eval mode."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     conditions = tuple(sorted({q.condition for q in train.queries}))
-    head = TimeHead(TimeHeadConfig(hidden=hidden, conditions=conditions))
+    head = TimeHead(TimeHeadConfig(hidden=hidden, conditions=conditions, peak_inputs=peak_inputs))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     t0 = time.perf_counter()

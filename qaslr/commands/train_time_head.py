@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="weight of drawing those partial readouts toward the final one (§A.8's "
                    "self-distillation)")  # fmt: skip
     p.add_argument("--hidden", type=int, default=32, help="the memory's size")
+    p.add_argument("--peak-inputs", action="store_true",
+                   help="also read each event's relevance over its peak in the video (a showing's shape "
+                        "whatever its height: white shapes peak lower than coloured ones)")  # fmt: skip
     p.add_argument("--augment", type=float, default=0.5,
                    help="share of training rows given more haystack (up to 3x their frames)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sampled negatives")
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     head = train_time_head(train, steps=args.steps, step_weight=args.step_weight,
                            distill_weight=args.distill_weight, hidden=args.hidden,
-                           seed=args.seed, augment=args.augment, val=val)  # fmt: skip
+                           peak_inputs=args.peak_inputs, seed=args.seed, augment=args.augment, val=val)  # fmt: skip
     train_s = time.perf_counter() - t1
     measured = evaluate(head, val, (*CONTROLS, RULE))
     try:

@@ -117,6 +117,31 @@ def test_a_saved_head_loads_to_the_same_scores(trained, tmp_path):
     assert loaded.score([np.zeros((0, 2), np.float32)], "order")[0][0] == float("-inf")
 
 
+def test_peak_inputs_read_a_showing_whatever_its_height(tmp_path):
+    """With ``peak_inputs`` the head also reads x_t / max_t x_t: with the raw channel's weights at zero,
+    a low showing (a white shape on grey) and a high one of the same shape score the same, and a
+    showing half as high as the video's other one reads apart from an equal one; the setting survives a
+    save and load."""
+    torch.manual_seed(0)
+    head = TimeHead(TimeHeadConfig(conditions=("count:1", "count:2"), peak_inputs=True)).eval()
+    with torch.no_grad():
+        head.inp.weight[:, : head.config.max_events] = 0  # the raw channel muted
+        head.readout.weight.mul_(100.0)  # an untrained readout barely moves
+    x = np.zeros((60, 1), np.float32)
+    x[10:13, 0], x[40:43, 0] = 0.9, 0.8
+    high, low = head.score([x, 0.6 * x], "count:2")
+    assert high[0] == pytest.approx(low[0], abs=1e-6)
+    uneven = x.copy()
+    uneven[40:43, 0] = 0.4
+    assert abs(head.score([uneven], "count:2")[0][0] - high[0]) > 1e-4
+    assert TimeHead(TimeHeadConfig(conditions=("count:1",))).inp.in_features == 2
+    assert head.inp.in_features == 4
+    save_time_head(head, tmp_path / "p")
+    loaded = load_time_head(tmp_path / "p")
+    assert loaded.config.peak_inputs
+    assert loaded.score([x], "count:2")[0][0] == pytest.approx(high[0], abs=1e-6)
+
+
 def _pair_scores(head, split: TimeSplit, condition: str) -> tuple[np.ndarray, np.ndarray]:
     got = [scores(head, i, [i.right, i.partner]) for i in split.queries if i.condition == condition]
     return np.array([g[0] for g in got]), np.array([g[1] for g in got])
