@@ -464,7 +464,9 @@ def main(argv=None) -> int:
     elif args.time_head == "none":
         args.time_head = None
     shipped = checkpoint_head_dir(str(model))
-    if shipped is not None and not args.no_checkpoint_head:  # the head the demo serves, as its own rows
+    # the head the demo serves, as its own rows (once, where --rerank-head names it shipped= too)
+    named = any(spec.startswith("shipped=") for spec in args.rerank_head)
+    if shipped is not None and not args.no_checkpoint_head and not named:
         args.rerank_head.insert(0, f"shipped={shipped}")
 
     started = time.perf_counter()
