@@ -494,7 +494,8 @@ def load_head(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
 ) -> StreamingHead:
-    """Load a head written by ``save_head``; keeps the stored dtype unless ``dtype`` is given."""
+    """Load a head written by ``save_head``, in eval mode (dropout off, as serving and evaluation read it;
+    call ``.train()`` to train it further); keeps the stored dtype unless ``dtype`` is given."""
     from safetensors.torch import load_file
 
     config_path, weights_path = _require_head_files(directory)
@@ -506,7 +507,7 @@ def load_head(
     head.log_temperature.requires_grad_(config.learnable_temperature)
     if device is not None or dtype is not None:
         head = head.to(device=device, dtype=dtype)
-    return head
+    return head.eval()
 
 
 def head_fingerprint(directory: str | os.PathLike) -> str:

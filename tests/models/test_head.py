@@ -167,8 +167,9 @@ def test_save_load_round_trip(tmp_path):
         assert torch.equal(pa, pb), k
     torch.testing.assert_close(loaded.temperature, torch.tensor(2.5).neg().exp())
     assert num_trainable_parameters(loaded) == num_trainable_parameters(head)
+    assert not loaded.training and not any(m.training for m in loaded.modules())  # loaded to be read
     ev, ev_mask, step_mask = _pad_batch([_video(11, 2, 6)], 2, 6)
-    head.eval(), loaded.eval()
+    head.eval()
     # the weights are bit-identical (above); the forward pass may differ in the last bits, since CPU
     # kernels can pick another reduction order for differently aligned buffers
     with torch.no_grad():
