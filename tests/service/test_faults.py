@@ -251,8 +251,11 @@ def test_sigterm_drains_in_flight_requests(qaslr_index, tiny_checkpoint, tiny_he
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    print(f"in-flight searches at SIGTERM: {results}; exit status {code}")
-    assert results == [200] * 6, results
+    print(f"in-flight searches at SIGTERM: {results}; exit status {code}; {depth:.0f} admitted at SIGTERM")
+    # every search admitted before SIGTERM (at least ``depth`` of them) is answered in full; one whose
+    # thread had not connected yet is refused at the closed socket (ConnectError), never cut off mid-answer
+    # (a read or protocol error, a 5xx): on a busy machine three of the six once came too late
+    assert results.count(200) >= depth and set(results) <= {200, "ConnectError"}, results
     # a clean shutdown after the drain (uvicorn re-raises the caught SIGTERM as it exits)
     text = log.read_text()
     assert code in (0, -signal.SIGTERM), text[-3000:]
