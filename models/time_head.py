@@ -32,9 +32,8 @@ on the shipped head's held-out render an order's right videos read about 10 and 
 The per-video median makes x_t the frame's relevance above the video's own background, so a
 haystack that matches an event phrase a little everywhere does not look like a showing. Like the
 median, the peak of ``peak_inputs`` is the whole bank's: the bank is stored before any query comes,
-and the head reads it whole, not as a live stream. The score
-lives in one space for one query: every candidate of a ranking is read by the same head under the
-same condition. Frames come from the index's frame bank (about one a second, stored at build time),
+and the head reads it whole, not as a live stream. The score lives in one space for one query: every
+candidate of a ranking is read by the same head under the same condition. Frames come from the index's frame bank (about one a second, stored at build time),
 so the head calls no backbone on the video side; the query side costs one text embedding per event.
 
 This is our head, not the paper's Eq. 6-10 head over re-encoded clips (models.head): its memory
