@@ -64,6 +64,7 @@ __all__ = [
 
 CONFIG_FILENAME = "head_config.json"
 POSITION_DIMS = 4  # models.backbone.ClipStates.positions: video token, temporal pair, row, column
+WORD_PERIODS = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # tokens: a query word's place, as sinusoids
 WEIGHTS_FILENAME = "head.safetensors"
 
 
@@ -116,6 +117,13 @@ class StreamingHeadConfig:
     # "A then B" from "B then A" (cosine 0.94 with the tiny-world backbone) or "twice" from "three
     # times"; its tokens, in order, do. Needs the query's states at every call (``query_states``).
     text_memory: bool = False
+    # The query's words too (ours, with ``text_memory``): each prompt token's final state has its input
+    # embedding (the word itself, projected) and its place in the prompt (sinusoids of its index,
+    # projected) added before the memory reads it. The tiny-world backbone's final states all but drop
+    # the connective: "A appears before B appears" and "A appears after B appears" differ by cosine
+    # 0.98 at the very token "before" / "after" and by more than 0.93 nowhere, so a head that reads
+    # only them cannot tell one order from the other. Needs ``query_words`` at every call.
+    query_words: bool = False
     # A gated memory update (ours, after GRU-style recurrent memories): H_t = g * H~ + (1 - g) * H_{t-1}
     # with g = sigmoid(W_g [H_{t-1}; H~] + b_g) per think token and channel, H~ the block's output
     # (Eq. 7-8). A clip that says nothing about the query can leave the memory as it was, which a
@@ -150,11 +158,22 @@ class StreamingHeadConfig:
             raise ValueError(f"init_temperature must be positive, got {self.init_temperature}")
         if self.identity_init and self.hidden_size < self.embed_dim:
             raise ValueError("identity_init needs hidden_size >= embed_dim")
+        if self.query_words and not self.text_memory:
+            raise ValueError(
+                "query_words needs text_memory (the words are read with the query's token states)"
+            )
 
     def to_dict(self) -> dict:
         """The fields as JSON-ready values; a head without a clip plan writes none (as before)."""
         data = dataclasses.asdict(self)
-        for name in ("clip_plan", "window_plan", "text_memory", "update_gate", "evidence_positions"):
+        for name in (
+            "clip_plan",
+            "window_plan",
+            "text_memory",
+            "update_gate",
+            "evidence_positions",
+            "query_words",
+        ):
             if not data[name]:  # heads without them write none (as before)
                 del data[name]
         return data
@@ -245,6 +264,8 @@ class StreamingHead(nn.Module):
         self.think_tokens = nn.Parameter(torch.empty(config.num_think_tokens, dim))  # H_0, Eq. 6
         self.blocks = nn.ModuleList(UpdateBlock(config) for _ in range(config.depth))
         self.query_block = UpdateBlock(config) if config.text_memory else None  # reads the query's text
+        self.word_proj = nn.Linear(dim, dim) if config.query_words else None  # a token's input embedding
+        self.word_position_proj = nn.Linear(2 * len(WORD_PERIODS), dim) if config.query_words else None
         self.gate = nn.Linear(2 * dim, dim) if config.update_gate else None  # W_g, b_g
         self.position_proj = nn.Linear(POSITION_DIMS, dim) if config.evidence_positions else None
         self.embed_token = nn.Parameter(torch.empty(1, dim))  # e, Eq. 9
@@ -303,10 +324,12 @@ class StreamingHead(nn.Module):
         query: Tensor | None = None,
         query_states: Tensor | None = None,
         query_mask: Tensor | None = None,
+        query_words: Tensor | None = None,
     ) -> Tensor:
         """H_0 for ``batch_size`` videos: [B, N, D] (Eq. 6); with query conditioning and ``query``
         [B, d] given, H_0 + P_c q (the same shift on every think token); with ``text_memory``, then
-        one update over the query's token states ``query_states`` [B, S, D] (mask [B, S])."""
+        one update over the query's token states ``query_states`` [B, S, D] (mask [B, S]), each with
+        its word and place added where the head reads them (``query_words`` [B, S, D])."""
         h0 = self.think_tokens.unsqueeze(0).expand(batch_size, -1, -1)
         if query is not None and self.query_proj is not None:
             shift = self.query_proj(self.condition(query.to(h0.dtype)))  # [B, D]
@@ -320,8 +343,24 @@ class StreamingHead(nn.Module):
                 if query_mask is None
                 else query_mask
             )
+            if self.word_proj is not None:
+                states = states + self.read_words(query_words, states)
             h0 = self.query_block(h0, states, mask.to(device=states.device, dtype=torch.bool))
         return h0
+
+    def read_words(self, words: Tensor | None, states: Tensor) -> Tensor:
+        """What ``query_words`` adds to the query's token states [B, S, D]: W_w w_s + W_p pos(s), each
+        token's input embedding and the sinusoids of its index s in the prompt, projected."""
+        if words is None:
+            raise ValueError("this head reads the query's words: pass their input embeddings (query_words)")
+        if words.shape[:2] != states.shape[:2]:
+            raise ValueError(
+                f"query_words {tuple(words.shape)} do not match the query's states {tuple(states.shape)}"
+            )
+        index = torch.arange(states.shape[1], device=states.device, dtype=states.dtype)[:, None]
+        angles = 2 * math.pi * index / torch.tensor(WORD_PERIODS, device=states.device, dtype=states.dtype)
+        places = torch.cat([angles.sin(), angles.cos()], dim=-1)  # [S, 2 x periods]
+        return self.word_proj(words.to(states.dtype)) + self.word_position_proj(places)[None]
 
     def condition(self, query: Tensor) -> Tensor:
         """The conditioning input P_c acts on: q, or q whitened (``query_whitening``) [B, d]."""
@@ -405,12 +444,14 @@ class StreamingHead(nn.Module):
         query_states: Tensor | None = None,
         query_mask: Tensor | None = None,
         evidence_positions: Tensor | None = None,
+        query_words: Tensor | None = None,
     ) -> HeadOutput:
         """Stream T clip evidence banks through the memory and read out after each step.
 
         evidence [B, T, M, D], evidence_mask [B, T, M], step_mask [B, T]; ``query`` [B, d] is the
         conditioning input of a query-conditioned head (ignored otherwise), ``query_states`` [B, S, D]
-        and ``query_mask`` [B, S] the query's token states for a head that reads the query's text.
+        and ``query_mask`` [B, S] the query's token states for a head that reads the query's text,
+        ``query_words`` [B, S, D] their input embeddings for one that reads its words.
         With ``reset_memory`` the state is re-initialised to H_0 before every step (the no-memory
         control of Table 5).
         """
@@ -419,7 +460,7 @@ class StreamingHead(nn.Module):
         step_mask = step_mask.to(device=evidence.device, dtype=torch.bool) & evidence_mask.any(
             dim=-1
         )  # [B, T]
-        h0 = self.init_state(b, query, query_states, query_mask)
+        h0 = self.init_state(b, query, query_states, query_mask, query_words)
         state = h0
         steps = []
         for i in range(t):

@@ -357,10 +357,11 @@ class VideoEncoder:
             h = state.get(v)
             if h is None:  # H_0, once per video (Eq. 6), conditioned on q for a query-conditioned head
                 q = None if queries is None else queries[v : v + 1].to(p.device, p.dtype)
-                states, smask = (None, None) if query_states is None else query_states[v]
+                states, smask, words = _unpack_query(None if query_states is None else query_states[v])
                 if states is not None:
                     states, smask = states[None].to(p.device, p.dtype), smask[None].to(p.device)
-                h = head.init_state(1, q, states, smask)
+                    words = None if words is None else words[None].to(p.device, p.dtype)
+                h = head.init_state(1, q, states, smask, words)
             h = head.update(
                 h,
                 tok[None].to(p.device, p.dtype),
@@ -396,21 +397,24 @@ class VideoEncoder:
         *,
         reset_memory: bool = False,
         queries: torch.Tensor | None = None,
-        query_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        query_states: tuple | None = None,
     ) -> list[VideoEmbedding]:
         """Run the streaming head over precomputed evidence banks (independent state per video);
-        ``query_states``: the queries' token states [B, S, D] and mask [B, S] (``text_memory``)."""
+        ``query_states``: the queries' token states [B, S, D] and mask [B, S] (``text_memory``), and
+        their words [B, S, D] third for a head that reads them (``query_words``)."""
         if self.head is None:
             raise RuntimeError("no streaming head loaded: this encoder runs in one-shot mode")
         evidence, mask, steps, places = pad_banks(banks, positions=True)
         p = next(self.head.parameters())
         q = None if queries is None else queries.to(p.device, p.dtype)
-        states, smask = (None, None) if query_states is None else query_states
+        states, smask, words = _unpack_query(query_states)
         if states is not None:
             states, smask = states.to(p.device, p.dtype), smask.to(p.device)
+            words = None if words is None else words.to(p.device, p.dtype)
         out = self.head(
             evidence.to(p.device, p.dtype), mask, steps, reset_memory=reset_memory, query=q,
             query_states=states, query_mask=smask, evidence_positions=places.to(p.device, p.dtype),
+            query_words=words,
         )  # fmt: skip
         results = []
         for i, bank in enumerate(banks):
@@ -443,7 +447,7 @@ class VideoEncoder:
         queries: torch.Tensor | None = None,
         exit_policy: ExitPolicy | None = None,
         short_oneshot: bool = False,
-        query_states: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        query_states: Sequence[tuple] | None = None,
     ) -> list[VideoEmbedding]:
         """Embed each video, optionally conditioned on one query per video: ``texts`` go into the
         backbone prompt as ``text_conditioning`` says, ``queries`` [B, d] (their embeddings) into a
@@ -452,7 +456,7 @@ class VideoEncoder:
         (``clip_plan``, at least one clip of ``temporal_patch`` frames), exactly as the training
         features stream it (``evidence``), unless its selection cut the clips (``VideoClip.segments``).
         ``query_states``: per video, the query's token states [S, D] and mask [S], for a head that
-        reads the query's text (``text_memory``). ``short_oneshot`` applies §3.1 per video instead (at most
+        reads the query's text (``text_memory``), and its words [S, D] third (``query_words``). ``short_oneshot`` applies §3.1 per video instead (at most
         ``short_video_frames`` -> one-shot): the indexer's rule, where it is a property of the index
         (its L) and of the video alone, the same for every query. ``exit_policy`` enables early exit
         (streaming only)."""
@@ -519,3 +523,11 @@ def _check(video: VideoClip) -> None:
         raise ValueError("a video needs at least one selected frame")
     if len(video.frames) != len(video.frame_indices):
         raise ValueError("frames and frame_indices differ in length")
+
+
+def _unpack_query(query_states: tuple | None) -> tuple:
+    """(states, mask, words) from a query's (states, mask) or (states, mask, words); Nones for None."""
+    if query_states is None:
+        return None, None, None
+    states, mask, *words = query_states
+    return states, mask, (words[0] if words else None)

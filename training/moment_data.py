@@ -58,6 +58,9 @@ class QueryItem:
     frame_scores: list[float] = field(default_factory=list)
     # per candidate: its best bank frame by q itself (max_c q · f_c, the served score's last term)
     query_frame_scores: list[float] = field(default_factory=list)
+    # the query prompt's tokens' input embeddings [S, D], for a head that reads the query's words
+    # (models.head ``query_words``; ``attach_words``); None until attached (items cached before them)
+    words: torch.Tensor | None = None
 
 
 @dataclass
@@ -118,6 +121,32 @@ def query_states(work: Path, seed: int, model: Path, corpus: dict):
         return encoder.backbone.pool(states), states
 
     return embed
+
+
+def attach_words(work: Path, seed: int, model: Path, corpus: dict, splits: list[Split]) -> None:
+    """Give every query item of ``splits`` that has none its prompt's word embeddings (``QueryItem.words``,
+    as serving reads them for a head with ``query_words``: the backbone's input embeddings of the same
+    prompt whose final states the item holds), embedded as serving embeds a query over split ``seed``'s
+    index."""
+    missing = [i for s in splits for i in s.items if i.words is None]
+    if not missing:
+        return
+    encoder = query_encoder(work, seed, model, corpus)
+    texts = sorted({i.text for i in missing})
+    found = {}
+    with torch.no_grad():
+        for start in range(0, len(texts), 64):
+            chunk = texts[start : start + 64]
+            states = encoder.backbone.text_states(chunk, instruction=encoder.instruction, words=True)
+            for k, text in enumerate(chunk):
+                found[text] = states.words[k, : int(states.mask[k].sum())].half().cpu()
+    for item in missing:
+        words = found[item.text]
+        if words.shape[0] != item.states.shape[0]:
+            raise ValueError(
+                f"{item.text!r}: {words.shape[0]} words against {item.states.shape[0]} token states"
+            )
+        item.words = words
 
 
 def build_split(

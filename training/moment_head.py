@@ -91,6 +91,9 @@ class MomentRecipe:
     # composed order queries added to the training splits' (training.order_mix: clips of two still
     # events from the splits' encoded windows, in one order and the other)
     composed_orders: int = 0
+    # the head reads the query's words and their places besides its token states (models.head
+    # ``query_words``)
+    query_words: bool = False
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -110,6 +113,7 @@ def head_config(recipe: MomentRecipe, hidden: int, embed: int, max_evidence: int
         init_temperature=recipe.init_temperature,
         query_conditioning=True,
         text_memory=True,
+        query_words=recipe.query_words,
         update_gate=True,
         evidence_positions=True,
         evidence_sink=True,
@@ -138,6 +142,7 @@ class Batch:
     own: torch.Tensor  # [B, C] max_c q · f_c
     true_of: torch.Tensor  # [B, C]
     size: tuple[int, int]  # (B, C)
+    words: torch.Tensor | None = None  # [B*C, S, D] the query's word embeddings (items that have them)
 
 
 def window_key(candidate: str, window: tuple) -> tuple:
@@ -160,6 +165,7 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
     places = torch.zeros(b * c, t, m, 4)
     smask = torch.zeros(b * c, t, dtype=torch.bool)
     states = torch.zeros(b * c, s, d_hidden)
+    words = torch.zeros(b * c, s, d_hidden) if all(i.words is not None for i in items) else None
     qmask = torch.zeros(b * c, s, dtype=torch.bool)
     valid = torch.zeros(b, c, dtype=torch.bool)
     true_of = torch.zeros(b, c, dtype=torch.bool)
@@ -178,10 +184,14 @@ def make_batch(items: list[QueryItem], evidence: dict, *, order=None) -> Batch:
                 smask[row, k] = True
             n = item.states.shape[0]
             states[row, :n] = item.states.float()
+            if words is not None:
+                words[row, :n] = item.words.float()
             qmask[row, :n] = True
     q = torch.stack([i.q for i in items])
     target = torch.tensor([i.target for i in items])
-    return Batch(ev, emask, places, smask, q, states, qmask, target, valid, selected, own, true_of, (b, c))
+    return Batch(
+        ev, emask, places, smask, q, states, qmask, target, valid, selected, own, true_of, (b, c), words
+    )
 
 
 def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
@@ -189,7 +199,8 @@ def run_head(head: StreamingHead, batch: Batch, *, reset_memory: bool = False):
     b, c = batch.size
     q_rows = batch.q.repeat_interleave(c, dim=0)
     out = head(batch.evidence, batch.evidence_mask, batch.step_mask, reset_memory=reset_memory, query=q_rows,
-               query_states=batch.states, query_mask=batch.states_mask, evidence_positions=batch.positions)  # fmt: skip
+               query_states=batch.states, query_mask=batch.states_mask, evidence_positions=batch.positions,
+               query_words=batch.words)  # fmt: skip
     t = out.step_embeddings.shape[1]
     return (
         out.final.view(b, c, -1),

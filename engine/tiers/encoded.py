@@ -154,12 +154,15 @@ class EncodeTier(Tier):
         if head is None or not head.config.text_memory:
             return None
         if request.query_states is None:
+            words = bool(head.config.query_words)
             with request.clock.stage("query_embed"):
                 states = self.encoder.backbone.text_states(
-                    [request.query], instruction=self.encoder.instruction
+                    [request.query], instruction=self.encoder.instruction, words=words
                 )
             n = int(states.mask[0].sum())
             request.query_states = (states.hidden[0, :n].float().cpu(), states.mask[0, :n].cpu())
+            if words:
+                request.query_states += (states.words[0, :n].float().cpu(),)
         return request.query_states
 
     def _encode(self, request: TierRequest, clips: list[VideoClip], policy, query_states=None) -> list:

@@ -28,8 +28,10 @@ training.json then keeps the record of the selection query the weights were trai
 
 ``--order-contrast`` and ``--composed-orders N`` train for order: each order query's own video with its
 clips the other way round as one more negative, and N order queries composed from the splits' clips of
-two still events (training.order_mix). Neither ships: with them the head's order stayed far below the
-time head's (training/tiny_world/README.md, "Order: what the head did not learn")."""
+two still events (training.order_mix). ``--query-words`` gives the head the query's words besides its
+token states (each prompt token's input embedding and place: the backbone's final states all but drop
+"before" / "after"). None ships: with them the head's order stayed far below the time head's
+(training/tiny_world/README.md, "Order: what the head did not learn")."""
 
 from __future__ import annotations
 
@@ -70,6 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--composed-orders", type=int, default=r.composed_orders,
                    help="also train on this many order queries composed from the splits' clips of two "
                    "still events (training.order_mix)")  # fmt: skip
+    p.add_argument("--query-words", action="store_true",
+                   help="the head reads the query's words (each prompt token's input embedding and place) "
+                   "besides its token states (models.head query_words)")  # fmt: skip
     p.add_argument("--linear-selection", action="store_true",
                    help="train the selection query by its recipe before the residual branch (a linear map, "
                    "600 steps): the one the shipped head's weights were trained beside")  # fmt: skip
@@ -87,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from training.moment_data import describe
+    from training.moment_data import attach_words, describe
     from training.moment_head import MomentRecipe, evaluate, moment_splits, save, train_head, train_router
     from training.order_mix import composed_split
     from training.selection_query import LINEAR_RECIPE, SelectionRecipe
@@ -99,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = dataclasses.replace(
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
         lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
-        order_contrast=args.order_contrast, composed_orders=args.composed_orders,
+        order_contrast=args.order_contrast, composed_orders=args.composed_orders, query_words=args.query_words,
     )  # fmt: skip
     work, model = _workdir_and_model(args)
     out = Path(args.out)
@@ -111,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(json.dumps({"selection query": selection_record}, indent=1))
     composed = composed_split(work, model, recipe, train)  # the head trains on them too, the router not
+    if recipe.query_words:
+        attach_words(work, recipe.train_seeds[0], model, recipe.corpus, train + composed + dev)
     data_s = time.perf_counter() - started
     sample = train[0].items[0]
     hidden, embed = sample.states.shape[-1], sample.q.shape[-1]

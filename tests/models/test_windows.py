@@ -170,3 +170,88 @@ def test_an_encoder_streams_the_clips_the_selection_cut_and_the_query_states(tin
     banks = encoder.evidence([clip])
     (streamed,) = encoder.stream(banks, queries=q, query_states=(states.hidden, states.mask))
     assert torch.allclose(streamed.final, emb.final, atol=1e-5)  # the cached path equals the online one
+
+
+def test_a_head_that_reads_the_query_words_tells_two_words_and_two_places_apart():
+    """``query_words``: the same token states with another word, or the same words in other places,
+    read differently; a call without the words is refused, and the field needs text_memory."""
+    head = create_head(_config(query_words=True), seed=5).double().eval()
+    g = torch.Generator().manual_seed(1)
+    ev = torch.randn(1, 3, 5, 16, generator=g, dtype=torch.float64)
+    mask, steps = torch.ones(1, 3, 5, dtype=torch.bool), torch.ones(1, 3, dtype=torch.bool)
+    q = torch.nn.functional.normalize(torch.randn(1, 12, generator=g, dtype=torch.float64), dim=-1)
+    states = torch.randn(1, 6, 16, generator=g, dtype=torch.float64)
+    words = torch.randn(1, 6, 16, generator=g, dtype=torch.float64)
+    with pytest.raises(ValueError, match="query_words"):
+        head(ev, mask, steps, query=q, query_states=states)
+    with pytest.raises(ValueError, match="do not match"):
+        head(ev, mask, steps, query=q, query_states=states, query_words=words[:, :5])
+    a = head(ev, mask, steps, query=q, query_states=states, query_words=words).final
+    before_after = words.clone()
+    before_after[:, 3] = torch.randn(16, generator=g, dtype=torch.float64)  # "before" -> "after"
+    b = head(ev, mask, steps, query=q, query_states=states, query_words=before_after).final
+    swapped = words[:, [0, 4, 2, 3, 1, 5]]  # two words trade places, the states as they were
+    c = head(ev, mask, steps, query=q, query_states=states[:, [0, 4, 2, 3, 1, 5]], query_words=swapped).final
+    plain = create_head(_config(), seed=5).double().eval()
+    plain.load_state_dict({k: v for k, v in head.state_dict().items() if not k.startswith("word_")})
+    d = plain(ev, mask, steps, query=q, query_states=states[:, [0, 4, 2, 3, 1, 5]]).final
+    e = plain(ev, mask, steps, query=q, query_states=states).final
+    assert not torch.allclose(a, b) and not torch.allclose(a, c)
+    assert torch.allclose(d, e)  # without the words' places, a set of token states reads the same
+    with pytest.raises(ValueError, match="text_memory"):
+        _config(query_words=True, text_memory=False)
+
+
+def test_the_backbone_gives_a_query_prompt_s_words_beside_its_states(tiny_checkpoint):
+    from models.backbone import load_backbone
+
+    backbone = load_backbone(tiny_checkpoint, device="cpu", dtype="float32")
+    texts = [
+        "a red square appears before a blue bar appears",
+        "a red square appears after a blue bar appears",
+    ]
+    plain = backbone.text_states(texts)
+    states = backbone.text_states(texts, words=True)
+    assert plain.words is None and torch.equal(states.hidden, plain.hidden)
+    assert states.words.shape == states.hidden.shape
+    ids = backbone.processor.tokenizer(backbone.render_prompt(text=texts[0]))["input_ids"]
+    table = backbone.model.model.get_input_embeddings().weight
+    assert torch.equal(states.words[0, : len(ids)], table[ids])
+    differ = (states.words[0] - states.words[1]).abs().sum(-1) > 0
+    assert int(differ.sum()) == 1  # "before" and "after": one token apart, the rest the same words
+
+
+def test_an_encoder_hands_a_words_head_the_query_words_online_and_cached(tiny_checkpoint):
+    from models.backbone import VideoClip, load_backbone
+    from models.streaming import StreamingConfig, VideoEncoder
+
+    backbone = load_backbone(tiny_checkpoint, device="cpu", dtype="float32")
+    config = _config(hidden_size=backbone.hidden_size, embed_dim=backbone.embed_dim, max_evidence_tokens=256,
+                     query_words=True)  # fmt: skip
+    encoder = VideoEncoder(
+        backbone,
+        create_head(config, seed=6).eval(),
+        config=StreamingConfig(max_frames=32, clip_len=8, max_evidence=256),
+    )
+    h, w = backbone.frame_shape(64, 48)[::-1]
+    frames = np.random.default_rng(1).integers(0, 255, size=(6, h, w, 3), dtype=np.uint8)
+    clip = VideoClip(
+        frames, list(range(0, 60, 10)), 10.0, segments=[np.array([0, 1, 2]), np.array([3, 4, 5])]
+    )
+    texts = [
+        "a red square appears before a blue bar appears",
+        "a red square appears after a blue bar appears",
+    ]
+    states = backbone.text_states(texts, words=True)
+    q = backbone.pool(states)[:1]
+    read = [encoder.encode([clip], queries=q, query_states=[(states.hidden[i], states.mask[i], states.words[i])])[0]
+            for i in range(2)]  # fmt: skip
+    assert not torch.allclose(read[0].final, read[1].final)  # "before" and "after" read apart
+    with pytest.raises(ValueError, match="query_words"):
+        encoder.encode([clip], queries=q, query_states=[(states.hidden[0], states.mask[0])])
+    (cached,) = encoder.stream(
+        encoder.evidence([clip]),
+        queries=q,
+        query_states=(states.hidden[:1], states.mask[:1], states.words[:1]),
+    )
+    assert torch.allclose(cached.final, read[0].final, atol=1e-5)

@@ -44,21 +44,27 @@ def test_every_video_is_queried_by_every_phrasing_of_what_it_shows(split):
     assert len({i.text for i in data.items if i.kind == "order"}) == 2 * 4
 
 
+@pytest.mark.parametrize("query_words", [False, True])
 def test_the_recipe_trains_and_a_served_head_scores_as_training_scored(
-    split, tiny_world_checkpoint, tmp_path
+    split, tiny_world_checkpoint, tmp_path, query_words
 ):
     """One epoch of Eq. 14; then the same head, saved with its router and served as the rerank head,
-    gives each candidate the score training computed for it (the same windows, frames, evidence)."""
+    gives each candidate the score training computed for it (the same windows, frames, evidence);
+    with ``query_words`` the words training attached are the ones serving reads."""
     from engine import EngineConfig, load_engine
     from engine.results import Hit
     from engine.tiers.base import RerankStats, TierRequest
+    from training.moment_data import attach_words
     from training.moment_head import MomentRecipe, save, scores, train_head, train_router
 
     work, data = split
+    if query_words:
+        attach_words(work, 11, tiny_world_checkpoint, CORPUS, [data])
+        assert all(i.words is not None and i.words.shape == i.states.shape for i in data.items)
     hidden, embed = data.items[0].states.shape[-1], data.items[0].q.shape[-1]
-    recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN)
+    recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN, query_words=query_words)
     head, history = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
-    assert np.isfinite(history[-1]["loss"])
+    assert np.isfinite(history[-1]["loss"]) and head.config.query_words == query_words
     router = train_router([data], [], epochs=20)
     out = save(head, router, tmp_path / "head", {"recipe": recipe.to_dict()})
     assert json.loads((out / "router.json").read_text())["threshold"] == 0.5
