@@ -301,6 +301,7 @@ def train_head(train: list[Split], dev: list[Split], recipe: MomentRecipe, *, hi
         record = {"epoch": epoch + 1, "minutes": (time.perf_counter() - started) / 60,
                   **{k: float(v.detach()) for k, v in losses.items()}, "temperature": float(head.temperature.detach())}  # fmt: skip
         if dev and ((epoch + 1) % 5 == 0 or epoch + 1 == recipe.epochs):
+            head.eval()  # measured as served, dropout off (the next epoch trains again)
             record["dev"] = evaluate(head, dev, recipe=recipe)["head"]
         history.append(record)
         if log is not None:

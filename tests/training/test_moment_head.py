@@ -88,6 +88,18 @@ def test_the_recipe_trains_and_a_served_head_scores_as_training_scored(
         engine.close()
 
 
+def test_the_development_numbers_logged_in_training_are_the_served_head_s(split):
+    """The dev record of an epoch is measured as the head is served (dropout off): the last epoch's
+    equals evaluating the trained head afterwards."""
+    from training.moment_head import MomentRecipe, evaluate, train_head
+
+    _, data = split
+    hidden, embed = data.items[0].states.shape[-1], data.items[0].q.shape[-1]
+    recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN, dropout=0.5)
+    head, history = train_head([data], [data], recipe, hidden=hidden, embed=embed, max_evidence=256)
+    assert history[-1]["dev"] == evaluate(head, [data], recipe=recipe)["head"]
+
+
 def test_order_contrast_adds_the_own_video_with_its_clips_the_other_way_as_a_negative(split):
     """--order-contrast: an order query's own video stands once more among its candidates, its clips
     reversed and not a positive (the same evidence: only the order tells them apart); other kinds as
