@@ -120,9 +120,11 @@ class StreamingHeadConfig:
     # The query's words too (ours, with ``text_memory``): each prompt token's final state has its input
     # embedding (the word itself, projected) and its place in the prompt (sinusoids of its index,
     # projected) added before the memory reads it. The tiny-world backbone's final states all but drop
-    # the connective: "A appears before B appears" and "A appears after B appears" differ by cosine
-    # 0.98 at the very token "before" / "after" and by more than 0.93 nowhere, so a head that reads
-    # only them cannot tell one order from the other. Needs ``query_words`` at every call.
+    # the connective: "A appears before B appears" and "A appears after B appears" lie at cosine 0.98
+    # at the very token "before" / "after" and at no less than 0.93 anywhere (the two words' input
+    # embeddings: 0.03), so a head that reads only them cannot tell one order from the other
+    # (training/tiny_world/README.md, "the head that reads the query's words"). Needs
+    # ``query_words`` at every call.
     query_words: bool = False
     # A gated memory update (ours, after GRU-style recurrent memories): H_t = g * H~ + (1 - g) * H_{t-1}
     # with g = sigmoid(W_g [H_{t-1}; H~] + b_g) per think token and channel, H~ the block's output
