@@ -97,9 +97,7 @@ class ClipStates:
     # where each token is: (is a video token, its temporal pair, row, column), the last three as
     # fractions of the clip's extent in [0, 1]; zeros for text tokens (video inputs only, else None)
     positions: torch.Tensor | None = None  # [B, S, 4]
-    # the prompt tokens' input embeddings, the words before any layer has read them (text prompts,
-    # when asked: :meth:`Backbone.text_states` with ``words``; else None)
-    words: torch.Tensor | None = None  # [B, S, D]
+    words: torch.Tensor | None = None  # [B, S, D] a text prompt's input embeddings (text_states(words=True))
 
 
 @dataclass
@@ -393,18 +391,14 @@ class Backbone:
     def _forward(self, prompts: list[str], *, words: bool = False, **kwargs) -> ClipStates:
         inputs = self.prepare(prompts, **kwargs)
         inputs = {
-            k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in inputs.items()
+            k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in inputs.items()
         }
-        for key in ("pixel_values", "pixel_values_videos"):
-            if key in inputs:
-                inputs[key] = inputs[key].to(self.dtype)
+        for key in inputs.keys() & {"pixel_values", "pixel_values_videos"}:
+            inputs[key] = inputs[key].to(self.dtype)
         hidden = self.model(**inputs)
         positions = video_token_positions(inputs) if "video_grid_thw" in inputs else None
         embedded = self.model.model.get_input_embeddings()(inputs["input_ids"]) if words else None
-        return ClipStates(
-            hidden=hidden, mask=inputs["attention_mask"].bool(), positions=positions, words=embedded
-        )
+        return ClipStates(hidden, inputs["attention_mask"].bool(), positions=positions, words=embedded)
 
     def pool(self, states: ClipStates) -> torch.Tensor:
         """Last non-padding token's final hidden state, Matryoshka-truncated, L2-normalised -> [B, d]."""
@@ -468,12 +462,9 @@ class Backbone:
         """[B, d] L2-normalised text embeddings."""
         return self.pool(self.text_states(texts, instruction=instruction))
 
-    def text_states(
-        self, texts: Sequence[str], *, instruction: str | None = None, words: bool = False
-    ) -> ClipStates:
-        """The final hidden states of each text's prompt ([B, S, D], mask [B, S]): what
-        :meth:`embed_texts` pools, for a head that reads the query's text (models.head); with
-        ``words`` also the prompt tokens' input embeddings (``ClipStates.words``, [B, S, D])."""
+    def text_states(self, texts: Sequence[str], *, instruction: str | None = None, words=False) -> ClipStates:
+        """The final hidden states of each text's prompt ([B, S, D], mask [B, S]) that :meth:`embed_texts`
+        pools, for a head that reads the query's text (models.head); ``words``: their input embeddings too."""
         prompts = [self.render_prompt(text=t, instruction=instruction) for t in texts]
         return self._forward(prompts, words=words)
 
