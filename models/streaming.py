@@ -456,8 +456,8 @@ class VideoEncoder:
         (``clip_plan``, at least one clip of ``temporal_patch`` frames), exactly as the training
         features stream it (``evidence``), unless its selection cut the clips (``VideoClip.segments``).
         ``query_states``: per video, the query's token states [S, D] and mask [S], for a head that
-        reads the query's text (``text_memory``), and its words [S, D] third (``query_words``). ``short_oneshot`` applies §3.1 per video instead (at most
-        ``short_video_frames`` -> one-shot): the indexer's rule, where it is a property of the index
+        reads the query's text (``text_memory``), and its words [S, D] third (``query_words``).
+        ``short_oneshot`` applies §3.1 per video instead (at most ``short_video_frames`` -> one-shot): the indexer's rule, where it is a property of the index
         (its L) and of the video alone, the same for every query. ``exit_policy`` enables early exit
         (streaming only)."""
         if not videos:

@@ -134,12 +134,13 @@ def attach_words(work: Path, seed: int, model: Path, corpus: dict, splits: list[
     encoder = query_encoder(work, seed, model, corpus)
     texts = sorted({i.text for i in missing})
     found = {}
-    with torch.no_grad():
-        for start in range(0, len(texts), 64):
-            chunk = texts[start : start + 64]
-            states = encoder.backbone.text_states(chunk, instruction=encoder.instruction, words=True)
-            for k, text in enumerate(chunk):
-                found[text] = states.words[k, : int(states.mask[k].sum())].half().cpu()
+    for start in range(
+        0, len(texts), 64
+    ):  # the text pass serving makes (Backbone.text_states, inference mode)
+        chunk = texts[start : start + 64]
+        states = encoder.backbone.text_states(chunk, instruction=encoder.instruction, words=True)
+        for k, text in enumerate(chunk):
+            found[text] = states.words[k, : int(states.mask[k].sum())].half().cpu()
     for item in missing:
         words = found[item.text]
         if words.shape[0] != item.states.shape[0]:
