@@ -356,8 +356,16 @@ def modes_for(args) -> list[Mode]:
         modes.append(
             Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", served)
         )
-        # the head's own score, without the frame bank's
-        alone = served + (("head_selection_weight", 0.0), ("head_frame_weight", 0.0))
+        for w in args.order_event_weight:  # an order's events weighed otherwise (a head that reads words)
+            weighed = served + (("order_event_weight", w),)
+            modes.append(Mode("cascade, the default, head" + (f" ({label})" if label else "")
+                              + f", order event weight {w:g}", "oneshot", "rerank", weighed))  # fmt: skip
+        # the head's own score, without the frame bank's (nor, for an order, its events')
+        alone = served + (
+            ("head_selection_weight", 0.0),
+            ("head_frame_weight", 0.0),
+            ("order_event_weight", 0.0),
+        )
         modes.append(
             Mode("cascade, the default, head's score alone" + (f" ({label})" if label else ""), "oneshot",
                  "rerank", alone)

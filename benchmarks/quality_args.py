@@ -55,6 +55,11 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
         "shipped training/tiny_world/time_head with the tiny-world backbone; 'none': no row)",
     )  # fmt: skip
     p.add_argument(
+        "--order-event-weight", type=float, nargs="+", default=[], metavar="W",
+        help="one more default row per --rerank-head and weight: an order read by a head that reads the query's "
+        "words scores q · z_T + W · its weaker event's best frame (engine.config order_event_weight)",
+    )  # fmt: skip
+    p.add_argument(
         "--cold", action=argparse.BooleanOptionalAction, default=True,
         help="stage 1 and the default: each query also cold (frame cache emptied, its video first in this pass; "
         "the one pass before met it) and warm (the same query again), p50 of each; --no-cold skips it (2 searches a query)",

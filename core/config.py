@@ -224,6 +224,11 @@ DEFAULT_HEAD_FRAME_WEIGHT = 0.5
 # queries, within the pair 32 each, the single events 17 of 18 each; 3 with tie margin 0.1 31 (not
 # changed, as above). Served with 3.
 DEFAULT_HEAD_SELECTION_WEIGHT = 3.0
+# An order of two events read by a streaming head that reads the query's words (engine.search.cascade:
+# the order route): each candidate it read scores s = q · z_T + ORDER_EVENT_WEIGHT · min_k max_t p_k · f_t
+# (its reading of which event shows first, plus whether both show at all). Chosen on development seeds
+# (docs/results.md, "The order route").
+DEFAULT_ORDER_EVENT_WEIGHT = 2.0
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 # Refining costs a decode of the source around each edge: with 3, refinement was 86 % of the default
 # cascade's p50 (403 of 469 ms; bench_quality seeds 0-2), for R1@0.7 that is measured on the top-1.

@@ -29,6 +29,7 @@ from core.config import (
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
     DEFAULT_KEEP_MARGIN,
+    DEFAULT_ORDER_EVENT_WEIGHT,
     DEFAULT_REFINE_MOMENTS,
     DEFAULT_SHORTLIST,
     DEFAULT_TEXT_CONDITIONING,
@@ -177,6 +178,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("head_frame_weight", float, DEFAULT_HEAD_FRAME_WEIGHT, "... plus this times its best frame's "
             "cosine with the query itself; both 0 = the head's score alone.", SEARCH,
             bounds={"ge": 0, "le": 10}),
+    Setting("order_event_weight", float, DEFAULT_ORDER_EVENT_WEIGHT, "An order of two events, where the streaming "
+            "head reads the query's words: each candidate it read scores its own score plus this times its weaker "
+            "event's best frame (whether both events show at all).", SEARCH, bounds={"ge": 0, "le": 10}),
     Setting("refine_moments", int, DEFAULT_REFINE_MOMENTS, "Results whose moments are refined at the source's "
             "frame rate (0 = bank resolution only).", SEARCH, bounds={"ge": 0}),
     Setting("frame_aggregate", FrameAggregate, FRAME_AGGREGATE, "The frame tier's score of a candidate from "

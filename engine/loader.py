@@ -186,12 +186,14 @@ def _info(
         "time_head": rerank.time_fingerprint,
         "time_head_source": rerank.time_source,
         # oneshot_moments: one-shot reads each candidate's top N moments as temporal pairs (0: Q-Frame);
-        # about_time: the streaming head reads the moments of queries its router calls about time
+        # about_time: the streaming head reads the moments of queries its router calls about time;
+        # orders: ... and answers an order of two events itself (it reads the query's words), before the time head
         "cascade": {
             "heavy": config.heavy,
             "heavy_margin": config.heavy_margin,
             "oneshot_moments": config.oneshot_moments,
             "about_time": searcher.cascade.moments and searcher.cascade.router is not None,
+            "orders": searcher.cascade.reads_order,
         },
         "min_relevance": MIN_RELEVANCE,
         "batching": None

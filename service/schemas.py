@@ -293,8 +293,9 @@ class Moment(BaseModel):
         description="`relevance`: the run of frame-bank frames around the relevance peak (edges half-way "
         "to the bank frames outside); `refined`: the same, its edges moved to the source's frame rate; `cue`: "
         "the times of the subtitle cue that matched (a result found by what is said, whose cue matched it at "
-        "least as well as its frames); `time`: a query about order or count ranked by the time head, from "
-        "the first event's showing to the last one's",
+        "least as well as its frames); `time`: a query about order or count ranked by the time head (or, "
+        "an order, by the streaming head that reads the query's words), from the first event's showing to the "
+        "last one's",
     )
 
 

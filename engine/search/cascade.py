@@ -6,6 +6,11 @@ that applies wins:
 
     rule                                                                   route
     mode ``frames``, or no heavy budget (``heavy`` 0)                      the frame tier's order stands
+    the heavy tier is a streaming head that reads the query's words
+        (models.head ``query_words``) and the query asks for an order of
+        two events                                                         the order route: the head on the
+                                                                           ``head_candidates`` that show
+                                                                           both events best (:meth:`Cascade._order`)
     the time head parses the query as an order or a count (where it reads
         a query it measurably wins: docs/results.md)                      the time tier, on all R
     the heavy tier is a streaming head that reads moments (models.windows),
@@ -64,14 +69,15 @@ from core.config import MIN_RELEVANCE, SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
 from engine.tiers import RerankStats, TierRequest
-from engine.tiers.timehead import time_relevance
+from engine.tiers.timehead import event_scores, time_moment, time_relevance
 from models.router import frame_evidence
 from models.selection import query_key
+from models.time_head import centred
 from models.time_query import parse_time_query
 
 __all__ = ["Cascade", "CascadePolicy", "Route", "Signals"]
 
-HEAVY, TIME = "heavy", "time"  # the routes past the frame tier
+HEAVY, TIME, ORDER = "heavy", "time", "order"  # the routes past the frame tier
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class Signals:
     heavy_margin: float
     lead: float | None  # the frame tier's first score less its second (None: one candidate)
     time_plan: object = None  # the order or count the time head answers (None: not such a query)
+    order_plan: object = None  # an order the streaming head reads (it reads the query's words), else None
     streaming: bool = False  # the heavy tier is a streaming head
     moments: bool = False  # ... one that reads moments and answers queries about time
     about_time: float | None = None  # the router's probability that the query is about time
@@ -94,7 +101,7 @@ class Signals:
 
 @dataclass(frozen=True)
 class Route:
-    tier: str | None  # HEAVY, TIME, or None: the frame tier's order stands
+    tier: str | None  # HEAVY, TIME, ORDER, or None: the frame tier's order stands
     candidates: int = 0  # how many of the frame tier's top the tier scores
     why: str = ""
 
@@ -106,6 +113,11 @@ class CascadePolicy:
     def route(self, s: Signals, shortlist: int) -> Route:
         if s.mode != SearchMode.RERANK or s.budget == 0:
             return Route(None, why="no heavy budget")
+        if s.order_plan is not None:  # the streaming head reads the query's words: it answers order
+            why = (
+                "an order: the streaming head reads the moments of the candidates that show both events best"
+            )
+            return Route(ORDER, shortlist, why=why)
         if s.time_plan is not None:  # where it reads a query, the time head measurably wins
             return Route(TIME, shortlist, why="a query about order or count (the time head's reading)")
         if s.moments and s.about_time is not None and s.about_time >= s.router_threshold and s.ties >= 2:
@@ -125,7 +137,7 @@ class Cascade:
     def __init__(
         self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
         tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, selection_weight: float = 0.0,
-        frame_weight: float = 0.0, weakest_event=None,
+        frame_weight: float = 0.0, weakest_event=None, order_event_weight: float = 0.0, embed_queries=None,
     ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
@@ -139,6 +151,9 @@ class Cascade:
         # hit -> its weakest event's relevance: whether a time-tier hit shows every event its plan read
         # (module docstring)
         self.weakest_event = weakest_event
+        # the order route's score: q · z_T + order_event_weight · min_k max_t p_k · f_t (:meth:`_order`), its
+        # event phrases embedded by ``embed_queries`` (texts -> [E, d] numpy) where stage 1 did not
+        self.order_event_weight, self.embed_queries = order_event_weight, embed_queries
 
     @property
     def moments(self) -> bool:
@@ -146,6 +161,13 @@ class Cascade:
         one-shot tier that reads moments (``oneshot_moments``) answers none: order and count queries
         still go to the time head beside it."""
         return self.reranker.streaming and self.reranker.window_plan is not None
+
+    @property
+    def reads_order(self) -> bool:
+        """Whether the heavy tier's head answers order: a streaming head that reads moments and the
+        query's words (models.head ``query_words``: the backbone's final states all but drop "before" and
+        "after", training/tiny_world/README.md)."""
+        return self.moments and bool(getattr(self.reranker.encoder.head.config, "query_words", False))
 
     @property
     def selects(self) -> bool:
@@ -196,14 +218,15 @@ class Cascade:
                 or p.image is not None or state.seen_text is None):  # fmt: skip
             return
         state.about_time = self.router.probability(state.q[0])
-        if state.about_time >= self.router.threshold and self.router.selection is not None:
+        order = self.order_plan(state)  # read by the head whatever the router says (its windows by q_sel)
+        if (
+            state.about_time >= self.router.threshold or order is not None
+        ) and self.router.selection is not None:
             state.select_q = self.router.selection(state.q[0])
-            plan = self.time_plan(state)
+            plan = order or self.time_plan(state)
             state.select_frames = plan is None
             if plan is not None:  # stage 1 ranks the frame banks by its weakest event instead
-                with state.clock.stage("query_embed"):
-                    embedded = self.time_tier.encoder.embed_queries(list(plan.events)).float().numpy()
-                state.events = (tuple(plan.events), embedded)
+                state.events = self._embed_events(state, plan)
 
     def time_asked(self, state: SearchState):
         """What the query's words ask about time (models.time_query: an order or a count, answered here
@@ -214,6 +237,14 @@ class Cascade:
             state.time_asked_read = True
         return state.time_asked
 
+    def order_plan(self, state: SearchState):
+        """The order of two events the streaming head reads (:attr:`reads_order`), else None: its route
+        comes before the time head's."""
+        if not self.reads_order or state.params.mode != SearchMode.RERANK or not state.params.heavy:
+            return None
+        asked = self.time_asked(state)
+        return asked if asked is not None and asked.kind == "order" and len(asked.events) == 2 else None
+
     def time_plan(self, state: SearchState):
         """The order or count the time head reads in the query (None: not such a query, one it does not
         answer, or no time head)."""
@@ -222,7 +253,8 @@ class Cascade:
     def signals(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> Signals:
         p = state.params
         budget = min(p.heavy, len(hits)) if p.mode == SearchMode.RERANK else 0
-        plan = self.time_plan(state) if budget else None
+        order = self.order_plan(state) if budget else None
+        plan = self.time_plan(state) if budget and order is None else None
         lead = None
         if len(hits) > 1:
             lead = (hits[0].frame_score or 0.0) - (hits[1].frame_score or 0.0)
@@ -240,7 +272,7 @@ class Cascade:
             1 for v in scores[: self.head_candidates] if best is not None and v >= best - self.tie_margin
         )
         return Signals(
-            mode=p.mode, budget=budget, heavy_margin=p.heavy_margin, lead=lead, time_plan=plan,
+            mode=p.mode, budget=budget, heavy_margin=p.heavy_margin, lead=lead, time_plan=plan, order_plan=order,
             streaming=self.reranker.streaming,
             moments=self.moments, about_time=about,
             router_threshold=self.router.threshold if self.router is not None else 0.5, ties=ties,
@@ -266,6 +298,8 @@ class Cascade:
             return self._keep_time_unless_shown(
                 state, frame, self.time_tier.run(request, hits, signals.time_plan)
             )
+        if route.tier == ORDER:
+            return self._order(state, request, hits, signals.order_plan)
         if route.tier == HEAVY:
             m = route.candidates
             if signals.selection is not None:
@@ -276,6 +310,49 @@ class Cascade:
                 ranked = self._with_frame_evidence(ranked, shows)
             return self._keep_unless_stronger(state, hits, ranked, m) if signals.about_time else ranked
         return hits
+
+    def _embed_events(self, state: SearchState, plan) -> tuple[tuple[str, ...], object]:
+        """``plan``'s event phrases and their embeddings [E, d], each phrase embedded as a query is."""
+        with state.clock.stage("query_embed"):
+            embed = self.embed_queries or (lambda t: self.time_tier.encoder.embed_queries(t).float().numpy())
+            return tuple(plan.events), embed(list(plan.events))
+
+    def _order(self, state: SearchState, request: TierRequest, hits: list[Hit], plan) -> list[Hit]:
+        """An order of two events, read by the streaming head that reads the query's words: every
+        candidate's events are found in its frame bank (each event's best frame, p_k · f_t: whether it shows
+        them at all, the time tier's evidence without its head), the head reads the moments of the
+        ``head_candidates`` that show their weaker event best (cut from q_sel · f_c as for any query about
+        time, in time order) and each scores
+
+            s = q · z_T + order_event_weight · min_k max_t p_k · f_t
+
+        (its reading of which event shows first, plus whether both show at all: a mirror video shows the same
+        events, a count or single-event video not both), above the rest in that order. Each hit's relevance is
+        its weakest event's and its moment spans the two events (engine.tiers.timehead.time_moment). Its first
+        stands as the time head's does (:meth:`_keep_time_unless_shown`)."""
+        if state.events is None or tuple(state.events[0]) != tuple(plan.events):
+            state.events = self._embed_events(state, plan)
+        embedded = state.events[1]
+        frame = list(hits)
+        shows = {}
+        with state.clock.stage("head"):
+            for hit in hits:
+                bank = self.frame_tier.index.frame_bank(hit.video_id)
+                raw = event_scores(bank, embedded)
+                hit.events, hit.event_peaks = embedded, (raw.max(axis=0) if len(raw) else None)
+                shows[hit.video_id] = float(hit.event_peaks.min()) if hit.event_peaks is not None else -1.0
+                hit.moment = time_moment(bank, centred(raw), plan, hit.record)
+                hit.moment_source = None if hit.moment is None else TIME
+        read = sorted(hits, key=lambda h: (-shows[h.video_id], h.stage1_rank))
+        ranked = self._heavy(state, request, read, min(self.head_candidates, len(read)))
+        name = self.reranker.name
+        for hit in ranked:
+            if hit.tier == name:
+                hit.score += self.order_event_weight * shows[hit.video_id]
+        scored = sorted((h for h in ranked if h.tier == name), key=lambda h: (-h.score, h.stage1_rank))
+        return self._keep_time_unless_shown(
+            state, frame, scored + [h for h in read if h.tier != name], "the streaming head"
+        )
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
         """Each candidate the head read scores s = q · z_T + ``selection_weight`` · max_c q_sel · f_c +
@@ -307,18 +384,23 @@ class Cascade:
             self._back_to_frame_tier(hit)
         return group + ranked[m:]
 
-    def _keep_time_unless_shown(self, state: SearchState, frame: list[Hit], ranked: list[Hit]) -> list[Hit]:
-        """The time head's ranking stands where its first is the frame tier's, or shows what the parse
-        read (:meth:`time_first_stands`); else the frame tier's order stands (the parse may have misread
-        the sentence), and the answer says so."""
+    def _keep_time_unless_shown(
+        self, state: SearchState, frame: list[Hit], ranked: list[Hit], who: str = "the time head"
+    ) -> list[Hit]:
+        """The ranking of a query's events (``who`` read them: the time head, or the streaming head for an
+        order) stands where its first is the frame tier's, or shows what the parse read
+        (:meth:`time_first_stands`); else the frame tier's order stands (the parse may have misread the
+        sentence), and the answer says so."""
+        state.time_read_by = who
         if not ranked or ranked[0] is frame[0] or self.weakest_event is None:
             return ranked
         why = self.time_first_stands(ranked[0], frame[0])
         if why is not None:
             state.outcome.route += why
             return ranked
-        state.outcome.route += ("; the time head's first does not show every event it read: the frame tier's "
-                                "order stands")  # fmt: skip
+        state.outcome.route += (
+            f"; {who}'s first does not show every event it read: the frame tier's order stands"
+        )
         state.outcome.rerank_embedder = None
         state.time_reverted = True
         for hit in frame:
@@ -326,6 +408,9 @@ class Cascade:
             hit.reranked = False
             hit.events = hit.event_peaks = hit.time_confidence = None  # relevance: the query's best frame's
             hit.moment = hit.moment_source = None  # the moment rule's again
+            hit.step_scores = hit.step_spans = hit.evidence = (
+                None  # the streaming head's (an order), if it read it
+            )
         return frame
 
     def time_first_stands(self, first: Hit, frame_first: Hit) -> str | None:

@@ -168,6 +168,8 @@ class Searcher:
             selection_weight=config.head_selection_weight,
             frame_weight=config.head_frame_weight,
             weakest_event=self._weakest_event,
+            order_event_weight=config.order_event_weight,
+            embed_queries=lambda texts: self.encoder.embed_queries(texts).float().numpy(),
         )
 
     def _weakest_event(self, hit) -> float | None:
@@ -353,18 +355,18 @@ class Searcher:
         """A query that asks for a count or an order ("... three times") that no tier answered for this
         request was searched as a plain description: the answer says so, naming what the words asked."""
         asked = self.cascade.time_asked(state)
-        if asked is None or any(h.tier == TimeTier.name for h in state.hits):
+        if asked is None or (state.time_read_by is not None and not state.time_reverted):
             return
         what = f"a count ({asked.count} times)" if asked.kind == "count" else "an order"
         head = self.time_tier.head.config if self.time_tier is not None else None
         why = (
-            "this server has no time head"
+            f"{state.time_read_by} read it, but its first showed the events neither plainly nor, by its "
+            "confidence, as asked: the words may not ask for that here"
+            if state.time_reverted
+            else "this server has no time head"
             if head is None
             else f"this server's time head answers {', '.join(head.conditions)}"
             if not head.supports(asked.condition, len(asked.events))
-            else "the time head read it, but its first showed the events neither plainly nor, by its "
-            "confidence, as asked: the words may not ask for that here"
-            if state.time_reverted
             else "the request's mode or heavy did not run the time head"
         )
         state.outcome.warnings.append(

@@ -55,7 +55,9 @@ class SearchState:
     # order or count, None for none), parsed once: whether it has been, and what it asks ...
     time_asked_read: bool = False
     time_asked: object = None
-    # ... and whether the time head read it but its first did not stand (the frame tier's order stands)
+    # ... who read its events (the time head, or the streaming head for an order; None: no one), and
+    # whether its first did not stand (the frame tier's order stands)
+    time_read_by: str | None = None
     time_reverted: bool = False
 
     @classmethod

@@ -54,8 +54,7 @@ class TimeTier(Tier):
                 events = self.encoder.embed_queries(list(plan.events)).float().numpy()
         with request.clock.stage("head"):
             banks = [self.index.frame_bank(h.video_id) for h in hits]
-            # p_k · f_t read from the float16 bank in place (engine.moments.relevance_scores), once
-            raw = [np.stack([relevance_scores(b.embeddings, e) for e in events], axis=1) for b in banks]
+            raw = [event_scores(b, events) for b in banks]
             relevance = [centred(r) for r in raw]
             scored = self.head.score(relevance, plan.condition)
             for hit, (score, _steps), x, r, bank in zip(hits, scored, relevance, raw, banks, strict=True):
@@ -73,6 +72,12 @@ class TimeTier(Tier):
         if request.on_update is not None:
             request.on_update(ranked)
         return ranked
+
+
+def event_scores(bank, events: np.ndarray) -> np.ndarray:
+    """Each event's score on each bank frame, p_k · f_t [C, E], read from the float16 bank in place
+    (engine.moments.relevance_scores), once."""
+    return np.stack([relevance_scores(bank.embeddings, e) for e in events], axis=1)
 
 
 def time_moment(bank, x: np.ndarray, plan: TimeQuery, record) -> tuple[float, float] | None:

@@ -77,8 +77,11 @@ async function loadStatus() {
       let text = `index ${body.index} · ${body.videos} videos · ${body.embedder} · stage 2: frame tier, ${body.rerank} ${timely}${when}`;
       // which head streams stage 2: the checkpoint's own, one named by QASLR_RERANK_HEAD, or the index's
       if (body.rerank_head_source) text += ` (${HEAD_SOURCES[body.rerank_head_source] || body.rerank_head_source}${body.rerank_head ? " " + body.rerank_head : ""})`;
-      // queries about order and count go to the time head when one serves (engine.tiers.timehead)
-      if (body.time_head_source) text += ` · order and count: time head (${HEAD_SOURCES[body.time_head_source] || body.time_head_source}${body.time_head ? " " + body.time_head : ""})`;
+      // an order goes to the streaming head where it reads the query's words (cascade.orders), else
+      // orders and counts to the time head when one serves (engine.tiers.timehead)
+      const orders = body.cascade && body.cascade.orders;
+      if (orders) text += " · order: the streaming head";
+      if (body.time_head_source) text += ` · ${orders ? "count" : "order and count"}: time head (${HEAD_SOURCES[body.time_head_source] || body.time_head_source}${body.time_head ? " " + body.time_head : ""})`;
       if (body.random_weights) text += " · ⚠ random weights: rankings are meaningless";
       $("server").textContent = text;
       $("shapes-world").hidden = !body.shapes_world;
@@ -470,7 +473,7 @@ function fillCard(card, result, rank, groupBy, final, scale) {
     play.title = moment.source === "cue"
       ? "the subtitle cue that matched the query"
       : moment.source === "time"
-        ? "from the first showing the query asks about to the last (the time head)"
+        ? "from the first showing the query asks about to the last"
       : moment.source === "refined"
         ? "the frames around the relevance peak, edges found at the video's own frame rate"
         : "the frames around the relevance peak (frame-bank resolution)";

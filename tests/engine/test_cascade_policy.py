@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.search.cascade import HEAVY, TIME, CascadePolicy, Signals
+from engine.search.cascade import HEAVY, ORDER, TIME, CascadePolicy, Signals
 
 R = 10
 
@@ -41,6 +41,12 @@ def _signals(**changes) -> Signals:
         (_signals(moments=True, about_time=0.9, ties=4, time_plan="order"), (TIME, R)),
         (_signals(moments=True, about_time=0.2, ties=4, time_plan="order", lead=0.5), (TIME, R)),
         (_signals(moments=True, about_time=0.9, ties=1, time_plan="count", lead=0.5), (TIME, R)),
+        # a head that reads the query's words answers an order itself, before the time head, whatever the
+        # router and the ties say; not without a budget
+        (_signals(moments=True, about_time=0.2, ties=1, order_plan="order", lead=0.5), (ORDER, R)),
+        (_signals(moments=True, about_time=0.9, ties=4, order_plan="order", time_plan="order"), (ORDER, R)),
+        (_signals(budget=0, moments=True, order_plan="order"), (None, 0)),
+        (_signals(mode="frames", moments=True, order_plan="order"), (None, 0)),
     ],
 )
 def test_the_policy_routes_by_the_measured_signals(signals, route):

@@ -200,6 +200,52 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
         engine.close()
 
 
+def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
+    split, tiny_world_checkpoint, tmp_path
+):
+    """A served head with ``query_words`` takes an order of two events on the default search (the order
+    route, engine.search.cascade): every candidate's events are found in its frame bank, the head reads
+    the ``head_candidates`` that show their weaker event best, each scores q · z_T + order_event_weight ·
+    min_k max_t p_k · f_t above the rest, and its moment spans the two events; a count is not its."""
+    from engine import EngineConfig, load_engine
+    from training.moment_data import attach_words
+    from training.moment_head import MomentRecipe, save, train_head, train_router
+
+    work, data = split
+    attach_words(work, 11, tiny_world_checkpoint, CORPUS, [data])
+    hidden, embed = data.items[0].states.shape[-1], data.items[0].q.shape[-1]
+    recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN, query_words=True)
+    head, _ = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
+    out = save(head, train_router([data], [], epochs=20), tmp_path / "head", {})
+    index = next(work.glob("moment-index-*"))
+    weight = 10.0  # the events' evidence decides which videos lead: the first shows both, and stands
+    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), rerank_head=out,
+                                      model_processes=0, batching=False, order_event_weight=weight))  # fmt: skip
+    try:
+        name, m = engine.searcher.reranker.name, engine.config.head_candidates
+        assert engine.searcher.cascade.reads_order
+        text = next(i.text for i in data.items if i.kind == "order")
+        got = engine.search_sync({"query": text, "top_k": 10})
+        assert got.route.startswith("an order: the streaming head reads"), got.route
+        assert not any("ignored" in w for w in got.warnings), got.warnings
+        read, rest = got.hits[:m], got.hits[m:]
+        assert {h.tier for h in read} == {name} and all(h.tier != name for h in rest)
+        q = engine.encoder.embed_queries([text])[0].float().numpy()
+        for hit in read:
+            shows = float(hit.event_peaks.min())  # its weaker event's best frame
+            assert hit.score == pytest.approx(float(hit.embedding @ q) + weight * shows, abs=1e-4)
+        assert [h.score for h in read] == sorted((h.score for h in read), reverse=True)
+        weaker = [float(h.event_peaks.min()) for h in got.hits]
+        assert min(weaker[:m]) >= max(weaker[m:], default=-1.0)  # it read those that show both best
+        first = got.hits[0]
+        assert first.moment_source == "time" and first.moment[0] < first.moment[1]
+        assert first.events_relevance is not None and first.relevance == pytest.approx(first.events_relevance)
+        count = next(i.text for i in data.items if i.kind == "count")
+        assert not engine.search_sync({"query": count}).route.startswith("an order")
+    finally:
+        engine.close()
+
+
 def test_windows_are_labelled_by_the_still_event_they_show(split, tiny_world_checkpoint):
     """training.order_mix: a window is labelled with the one still event its frames overlap (world
     truth), or as haystack; a window on a change is left out."""
