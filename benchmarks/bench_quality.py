@@ -360,6 +360,10 @@ def modes_for(args) -> list[Mode]:
             weighed = served + (("order_event_weight", w),)
             modes.append(Mode("cascade, the default, head" + (f" ({label})" if label else "")
                               + f", order event weight {w:g}", "oneshot", "rerank", weighed))  # fmt: skip
+        for value in args.order_windows:  # an order's moments cut otherwise (a head that reads words)
+            cut = served + (("order_windows", value),)
+            modes.append(Mode("cascade, the default, head" + (f" ({label})" if label else "")
+                              + f", order windows {value}", "oneshot", "rerank", cut))  # fmt: skip
         # the head's own score, without the frame bank's (nor, for an order, its events')
         alone = served + (
             ("head_selection_weight", 0.0),

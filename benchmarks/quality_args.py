@@ -60,6 +60,14 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
         "words scores q · z_T + W · its weaker event's best frame (engine.config order_event_weight)",
     )  # fmt: skip
     p.add_argument(
+        "--order-windows",
+        nargs="+",
+        default=[],
+        choices=["events", "query"],
+        help="one more default row per --rerank-head and value: where such a head cuts an order's moments (its "
+        "events' best frames, or the selection query's; engine.config order_windows)",
+    )
+    p.add_argument(
         "--cold", action=argparse.BooleanOptionalAction, default=True,
         help="stage 1 and the default: each query also cold (frame cache emptied, its video first in this pass; "
         "the one pass before met it) and warm (the same query again), p50 of each; --no-cold skips it (2 searches a query)",

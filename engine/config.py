@@ -181,6 +181,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("order_event_weight", float, DEFAULT_ORDER_EVENT_WEIGHT, "An order of two events, where the streaming "
             "head reads the query's words: each candidate it read scores its own score plus this times its weaker "
             "event's best frame (whether both events show at all).", SEARCH, bounds={"ge": 0, "le": 10}),
+    Setting("order_windows", Literal["events", "query"], "query", "... and the moments it reads are cut where the "
+            "query's selection query points, as its training cut them (query), or where each event shows best "
+            "(events).", SEARCH),
     Setting("refine_moments", int, DEFAULT_REFINE_MOMENTS, "Results whose moments are refined at the source's "
             "frame rate (0 = bank resolution only).", SEARCH, bounds={"ge": 0}),
     Setting("frame_aggregate", FrameAggregate, FRAME_AGGREGATE, "The frame tier's score of a candidate from "

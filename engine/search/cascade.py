@@ -65,6 +65,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from core.config import MIN_RELEVANCE, SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
@@ -138,6 +140,7 @@ class Cascade:
         self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
         tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, selection_weight: float = 0.0,
         frame_weight: float = 0.0, weakest_event=None, order_event_weight: float = 0.0, embed_queries=None,
+        order_windows: str = "query",
     ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
@@ -154,6 +157,9 @@ class Cascade:
         # the order route's score: q · z_T + order_event_weight · min_k max_t p_k · f_t (:meth:`_order`), its
         # event phrases embedded by ``embed_queries`` (texts -> [E, d] numpy) where stage 1 did not
         self.order_event_weight, self.embed_queries = order_event_weight, embed_queries
+        self.order_windows = (
+            order_windows  # "events": its moments cut where each event shows; "query": q_sel's
+        )
 
     @property
     def moments(self) -> bool:
@@ -334,7 +340,7 @@ class Cascade:
             state.events = self._embed_events(state, plan)
         embedded = state.events[1]
         frame = list(hits)
-        shows = {}
+        shows, windows = {}, {}
         with state.clock.stage("head"):
             for hit in hits:
                 bank = self.frame_tier.index.frame_bank(hit.video_id)
@@ -343,6 +349,9 @@ class Cascade:
                 shows[hit.video_id] = float(hit.event_peaks.min()) if hit.event_peaks is not None else -1.0
                 hit.moment = time_moment(bank, centred(raw), plan, hit.record)
                 hit.moment_source = None if hit.moment is None else TIME
+                if self.order_windows == "events" and len(raw):
+                    windows[hit.video_id] = event_relevance(raw)
+        request.select_relevance = windows or None
         read = sorted(hits, key=lambda h: (-shows[h.video_id], h.stage1_rank))
         ranked = self._heavy(state, request, read, min(self.head_candidates, len(read)))
         name = self.reranker.name
@@ -464,6 +473,14 @@ class Cascade:
             request.on_update = lambda sub: outer(heavy_first(sub, tier.name) + rest)
         top = tier.run(request, top)
         return heavy_first(top, tier.name) + rest
+
+
+def event_relevance(raw):
+    """Where an order's events show, for cutting its moments (models.windows): each event's p_k · f_t
+    [C, E] on its own scale (0 at its median over the video, 1 at its best frame), the best event per
+    frame, so that each event's best showing leads a window whatever its raw cosine."""
+    median, peak = np.median(raw, axis=0), raw.max(axis=0)
+    return ((raw - median) / np.maximum(peak - median, 1e-6)).max(axis=1)
 
 
 def selection_order(hits: list[Hit], scores, m: int) -> tuple[list[Hit], int]:

@@ -54,6 +54,7 @@ class SearcherConfig:
     head_selection_weight: float = 0.0  # ... its score plus this times its best frame under q_sel
     head_frame_weight: float = 0.0  # ... and this times its best frame under q
     order_event_weight: float = 0.0  # an order a head that reads words answers: this times its weaker event
+    order_windows: str = "query"  # ... its moments cut where its events show ("events") or by q_sel ("query")
     max_top_k: int = MAX_TOP_K
     max_shortlist: int = MAX_SHORTLIST
     encode_chunk: int = 16  # candidates whose evidence banks are held at once (memory bound)
@@ -83,6 +84,7 @@ class SearcherConfig:
             head_selection_weight=config.head_selection_weight,
             head_frame_weight=config.head_frame_weight,
             order_event_weight=config.order_event_weight,
+            order_windows=config.order_windows,
             oneshot_moments=config.oneshot_moments,
         )
 

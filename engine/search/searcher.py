@@ -169,6 +169,7 @@ class Searcher:
             frame_weight=config.head_frame_weight,
             weakest_event=self._weakest_event,
             order_event_weight=config.order_event_weight,
+            order_windows=config.order_windows,
             embed_queries=lambda texts: self.encoder.embed_queries(texts).float().numpy(),
         )
 

@@ -45,6 +45,9 @@ class TierRequest:
     query_states: tuple | None = None  # the query's token states, once read (a head that reads its text)
     select_q: torch.Tensor | None = None  # where selection looks (models.router.SelectionQuery; None: q)
     events: tuple | None = None  # (event phrases, their embeddings [E, d]) already embedded (the time tier's)
+    # per video id, the relevance [C] that selection cuts its moments from instead of select_vec's (an
+    # order's events, each on its own scale: engine.search.cascade.Cascade._order)
+    select_relevance: dict | None = None
 
     def __post_init__(self) -> None:
         if not self.query_key:

@@ -90,7 +90,11 @@ class EncodeTier(Tier):
         head trained on moments (or a one-shot tier given ``moments``), its windows (models.windows:
         dense around the relevance peaks, in time order, one clip each, with their pair frames)."""
         bank = self.index.frame_bank(hit.video_id)
-        relevance = bank_relevance(self.index, hit, request.select_vec)  # [C]: q_sel · f_c, else q · f_c
+        given = request.select_relevance
+        if given is not None and hit.video_id in given:  # an order's events (engine.search.cascade)
+            relevance = given[hit.video_id]
+        else:
+            relevance = bank_relevance(self.index, hit, request.select_vec)  # [C]: q_sel · f_c, else q · f_c
         plan = self.window_plan
         if plan is None:
             pos = query_aware_positions(

@@ -208,6 +208,7 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
     the ``head_candidates`` that show their weaker event best, each scores q · z_T + order_event_weight ·
     min_k max_t p_k · f_t above the rest, and its moment spans the two events; a count is not its."""
     from engine import EngineConfig, load_engine
+    from engine.tiers.timehead import event_scores
     from training.moment_data import attach_words
     from training.moment_head import MomentRecipe, save, train_head, train_router
 
@@ -220,7 +221,8 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
     index = next(work.glob("moment-index-*"))
     weight = 10.0  # the events' evidence decides which videos lead: the first shows both, and stands
     engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), rerank_head=out,
-                                      model_processes=0, batching=False, order_event_weight=weight))  # fmt: skip
+                                      model_processes=0, batching=False, order_event_weight=weight,
+                                      order_windows="events"))  # fmt: skip
     try:
         name, m = engine.searcher.reranker.name, engine.config.head_candidates
         assert engine.searcher.cascade.reads_order
@@ -237,6 +239,11 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
         assert [h.score for h in read] == sorted((h.score for h in read), reverse=True)
         weaker = [float(h.event_peaks.min()) for h in got.hits]
         assert min(weaker[:m]) >= max(weaker[m:], default=-1.0)  # it read those that show both best
+        for hit in read:  # its moments were cut where each event shows best (order_windows "events"; by
+            # the selection query, "query", this assertion fails here)
+            bank = engine.index.frame_bank(hit.video_id)
+            best = bank.frame_indices[event_scores(bank, hit.events).argmax(axis=0)]
+            assert set(best.tolist()) <= {e.frame_index for e in hit.evidence}, hit.video_id
         first = got.hits[0]
         assert first.moment_source == "time" and first.moment[0] < first.moment[1]
         assert first.events_relevance is not None and first.relevance == pytest.approx(first.events_relevance)
