@@ -414,6 +414,10 @@ def results_page() -> str:
         intro = served_intro(served)
         out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", _time_columns(served),
                                intro + _time_intro(served))  # fmt: skip
+    order = _load("order_route.json")
+    if order:
+        out += quality_section(order, "Order read by the rerank head that reads the query's words (development seeds)",
+                               _time_columns(order), order_route_intro(order) + _time_intro(order))  # fmt: skip
     recipe = _load("time_head_recipe.json")
     if recipe:
         out += time_recipe_section(recipe)
@@ -476,6 +480,25 @@ def results_page() -> str:
     if storage:
         out += storage_section(storage)
     return "\n".join(out).rstrip() + "\n"
+
+
+def order_route_intro(data: dict) -> list[str]:
+    """What the order route's development run compared (docs/bench/order_route.json)."""
+    weights = " ".join(f"{w:g}" for w in data["args"].get("order_event_weight", []))
+    return [
+        "The rerank head that reads the query's words (`qaslr train-rerank-head RUNDIR --composed-orders 3000 "
+        '--query-words --lr 1e-3 --epochs 12`: training/tiny_world/README.md, "Order"; not shipped), served '
+        "through the order route (engine.search.cascade: an order of two events goes to such a head before the "
+        "time head; its candidates the 6 that show their weaker event best, each scored q · z_T + "
+        "`order_event_weight` · its weaker event's best frame), beside the time head and the hand rule in the "
+        f"same run; `--time-head training/tiny_world/time_head --rerank-head words=RUNDIR --order-event-weight "
+        f"{weights}`. *cascade, the default, head (words)* serves it with the default weight, the rows after it "
+        "with the weights named, *head's score alone* with q · z_T alone. These seeds chose "
+        "`order_event_weight`: development numbers, not held-out ones; the route is off by default because no "
+        "shipped head reads the words, and this head stays below the time head on order here.",
+        *([f"Measured {data['note']}."] if data.get("note") else []),
+        "",
+    ]
 
 
 def _time_columns(data: dict) -> tuple:
