@@ -157,9 +157,8 @@ class Cascade:
         # the order route's score: q · z_T + order_event_weight · min_k max_t p_k · f_t (:meth:`_order`), its
         # event phrases embedded by ``embed_queries`` (texts -> [E, d] numpy) where stage 1 did not
         self.order_event_weight, self.embed_queries = order_event_weight, embed_queries
-        self.order_windows = (
-            order_windows  # "events": its moments cut where each event shows; "query": q_sel's
-        )
+        # where the order route cuts its moments: "query" by q_sel · f_c, "events" where each event shows best
+        self.order_windows = order_windows
 
     @property
     def moments(self) -> bool:
@@ -328,7 +327,8 @@ class Cascade:
         candidate's events are found in its frame bank (each event's best frame, p_k · f_t: whether it shows
         them at all, the time tier's evidence without its head), the head reads the moments of the
         ``head_candidates`` that show their weaker event best (cut from q_sel · f_c as for any query about
-        time, in time order) and each scores
+        time, or, ``order_windows`` "events", where each event shows best: :func:`event_relevance`; in time
+        order) and each scores
 
             s = q · z_T + order_event_weight · min_k max_t p_k · f_t
 
