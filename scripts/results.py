@@ -12,6 +12,7 @@ benchmark command that the page names beside each table:
     docs/bench/time_head_recipe.json benchmarks/bench_time_head.py --json ... (its Table 6, its early exit)
     docs/bench/moment_head.json     benchmarks/bench_moment_head.py --json ... (the rerank head's Tables 5, 6)
     docs/bench/rerank_head.json     benchmarks/bench_quality.py --rerank-head ... (the rerank head served)
+    docs/bench/order_route.json     benchmarks/bench_quality.py --order-event-weight ... (the order route, dev seeds)
     docs/bench/backbone_motion*.json benchmarks/bench_backbone.py OTHER --json ... (a motion recipe's weights)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)
@@ -46,8 +47,10 @@ from results_format import cell_text, environment_line, mean_std, mode_names
 from results_time import (
     backbone_section,
     moment_head_section,
+    order_route_intro,
     served_intro,
     served_rows,
+    time_intro,
     time_recipe_section,
     time_table_lead,
 )
@@ -408,16 +411,16 @@ def results_page() -> str:
     timed = _load("time_tier.json")
     if timed:
         out += quality_section(timed, "Queries about time: motion, order and count beside every tier",
-                               TIME_COLUMNS, _time_intro(timed))  # fmt: skip
+                               TIME_COLUMNS, time_intro(timed))  # fmt: skip
     served = _load("rerank_head.json")
     if served:
         intro = served_intro(served)
         out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", _time_columns(served),
-                               intro + _time_intro(served))  # fmt: skip
+                               intro + time_intro(served))  # fmt: skip
     order = _load("order_route.json")
     if order:
         out += quality_section(order, "Order read by the rerank head that reads the query's words (development seeds)",
-                               _time_columns(order), order_route_intro(order) + _time_intro(order))  # fmt: skip
+                               _time_columns(order), order_route_intro(order) + time_intro(order))  # fmt: skip
     recipe = _load("time_head_recipe.json")
     if recipe:
         out += time_recipe_section(recipe)
@@ -482,25 +485,6 @@ def results_page() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def order_route_intro(data: dict) -> list[str]:
-    """What the order route's development run compared (docs/bench/order_route.json)."""
-    weights = " ".join(f"{w:g}" for w in data["args"].get("order_event_weight", []))
-    return [
-        "The rerank head that reads the query's words (`qaslr train-rerank-head RUNDIR --composed-orders 3000 "
-        '--query-words --lr 1e-3 --epochs 12`: training/tiny_world/README.md, "Order"; not shipped), served '
-        "through the order route (engine.search.cascade: an order of two events goes to such a head before the "
-        "time head; its candidates the 6 that show their weaker event best, each scored q · z_T + "
-        "`order_event_weight` · its weaker event's best frame), beside the time head and the hand rule in the "
-        f"same run; `--time-head training/tiny_world/time_head --rerank-head words=RUNDIR --order-event-weight "
-        f"{weights}`. *cascade, the default, head (words)* serves it with the default weight, the rows after it "
-        "with the weights named, *head's score alone* with q · z_T alone. These seeds chose "
-        "`order_event_weight`: development numbers, not held-out ones; the route is off by default because no "
-        "shipped head reads the words, and this head stays below the time head on order here.",
-        *([f"Measured {data['note']}."] if data.get("note") else []),
-        "",
-    ]
-
-
 def _time_columns(data: dict) -> tuple:
     """TIME_COLUMNS, and where ``data`` measured them bench_quality's min_score columns (whether
     min_score at the documented threshold keeps each pair's right video and cuts its partner:
@@ -512,31 +496,6 @@ def _time_columns(data: dict) -> tuple:
     measured = any(key in row for seed in data["per_seed"].values() for row in seed.values()
                    if isinstance(row, dict) for key, _, _ in tells)  # fmt: skip
     return TIME_COLUMNS + tells if measured else TIME_COLUMNS
-
-
-def _time_intro(data: dict) -> list[str]:
-    args = data.get("args", {})
-    if "motion_pairs" not in args:
-        return []
-    return [
-        f"Each seed also renders a time collection ({args.get('time_singles')} single-event videos, "
-        f"{args.get('motion_pairs')} reversal pairs (one changing event forwards and backwards: the same "
-        f"frames), {args.get('order_pairs')} mirror pairs (A then B / B then A anywhere), "
-        f"{args.get('count_pairs')} once / twice and {args.get('count3_pairs')} twice / three-times pairs; "
-        f"`--time-singles {args.get('time_singles')} --motion-pairs {args.get('motion_pairs')} --order-pairs "
-        f"{args.get('order_pairs')} --count-pairs {args.get('count_pairs')} --count3-pairs "
-        f"{args.get('count3_pairs')} --heavy 0`). *pair %*: each pair video's query searched within its pair, "
-        "the share whose right video ranks above its partner (chance 50 %); *Hit@1 %*: the same query over "
-        "the whole collection, the share whose first result it is true of; *time p50 ms* the median of those "
-        "searches; *min_score tells %* (where measured): within the pair again, the share whose right video's "
-        "`relevance` reaches the \"no good match\" threshold (`core.config.MIN_RELEVANCE`) and whose partner's falls below it. The *hand rule* reorders the frame tier's ranking by a rule over per-frame scores "
-        "(benchmarks/hand_rule.py), reading the query with the time head's parser; it is a baseline, not served. "
-        "The *single* columns are the single-event corpus of this table's command. *cascade, the default* "
-        "here is the frame tier alone (no time head); *cascade, the default, time head* is what the server "
-        "serves by default with the shapes-world checkpoint (the time head on every query its parser reads "
-        "as an order or a count it was trained on (once, twice or three times with the shipped head), its first kept only where its evidence is stronger than the frame tier's first's, by the rule of the commit the run records: engine.search.cascade).",
-        "",
-    ]
 
 
 def readme_block() -> str:

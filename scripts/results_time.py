@@ -1,4 +1,5 @@
-"""The time head's recipe section of the results page (benchmarks/bench_time_head.py's JSON)."""
+"""The time head's recipe section of the results page (benchmarks/bench_time_head.py's JSON), and the order
+route's introduction (docs/bench/order_route.json)."""
 
 from __future__ import annotations
 
@@ -249,3 +250,47 @@ def time_table_lead(args: dict, served: bool) -> str:
         "shapes-world checkpoint (the time head for the order and count queries its parser reads, the "
         "rerank head for the other queries its router calls about time, the frame tier for the rest):"
     )
+
+
+def order_route_intro(data: dict) -> list[str]:
+    """What the order route's development run compared (docs/bench/order_route.json)."""
+    weights = " ".join(f"{w:g}" for w in data["args"].get("order_event_weight", []))
+    return [
+        "The rerank head that reads the query's words (`qaslr train-rerank-head RUNDIR --composed-orders 3000 "
+        '--query-words --lr 1e-3 --epochs 12`: training/tiny_world/README.md, "Order"; not shipped), served '
+        "through the order route (engine.search.cascade: an order of two events goes to such a head before the "
+        "time head; its candidates the 6 that show their weaker event best, each scored q · z_T + "
+        "`order_event_weight` · its weaker event's best frame), beside the time head and the hand rule in the "
+        f"same run; `--time-head training/tiny_world/time_head --rerank-head words=RUNDIR --order-event-weight "
+        f"{weights}`. *cascade, the default, head (words)* serves it with the default weight, the rows after it "
+        "with the weights named, *head's score alone* with q · z_T alone. These seeds chose "
+        "`order_event_weight`: development numbers, not held-out ones; the route is off by default because no "
+        "shipped head reads the words, and this head stays below the time head on order here.",
+        *([f"Measured {data['note']}."] if data.get("note") else []),
+        "",
+    ]
+
+
+def time_intro(data: dict) -> list[str]:
+    args = data.get("args", {})
+    if "motion_pairs" not in args:
+        return []
+    return [
+        f"Each seed also renders a time collection ({args.get('time_singles')} single-event videos, "
+        f"{args.get('motion_pairs')} reversal pairs (one changing event forwards and backwards: the same "
+        f"frames), {args.get('order_pairs')} mirror pairs (A then B / B then A anywhere), "
+        f"{args.get('count_pairs')} once / twice and {args.get('count3_pairs')} twice / three-times pairs; "
+        f"`--time-singles {args.get('time_singles')} --motion-pairs {args.get('motion_pairs')} --order-pairs "
+        f"{args.get('order_pairs')} --count-pairs {args.get('count_pairs')} --count3-pairs "
+        f"{args.get('count3_pairs')} --heavy 0`). *pair %*: each pair video's query searched within its pair, "
+        "the share whose right video ranks above its partner (chance 50 %); *Hit@1 %*: the same query over "
+        "the whole collection, the share whose first result it is true of; *time p50 ms* the median of those "
+        "searches; *min_score tells %* (where measured): within the pair again, the share whose right video's "
+        "`relevance` reaches the \"no good match\" threshold (`core.config.MIN_RELEVANCE`) and whose partner's falls below it. The *hand rule* reorders the frame tier's ranking by a rule over per-frame scores "
+        "(benchmarks/hand_rule.py), reading the query with the time head's parser; it is a baseline, not served. "
+        "The *single* columns are the single-event corpus of this table's command. *cascade, the default* "
+        "here is the frame tier alone (no time head); *cascade, the default, time head* is what the server "
+        "serves by default with the shapes-world checkpoint (the time head on every query its parser reads "
+        "as an order or a count it was trained on (once, twice or three times with the shipped head), its first kept only where its evidence is stronger than the frame tier's first's, by the rule of the commit the run records: engine.search.cascade).",
+        "",
+    ]
