@@ -353,17 +353,15 @@ def modes_for(args) -> list[Mode]:
                 modes.append(Mode(label_h, "oneshot", "rerank", rerank, (("heavy", h),)))
         # the default serves the time head beside a head that reads moments (engine.loader)
         served = rerank + ((("time_head", Path(args.time_head)),) if args.time_head else ())
-        modes.append(
-            Mode("cascade, the default, head" + (f" ({label})" if label else ""), "oneshot", "rerank", served)
-        )
-        for w in args.order_event_weight:  # an order's events weighed otherwise (a head that reads words)
+        default = "cascade, the default, head" + (f" ({label})" if label else "")
+        modes.append(Mode(default, "oneshot", "rerank", served))
+        # an order read by a head that reads words: its events weighed, its moments cut otherwise
+        for w in args.order_event_weight:
             weighed = served + (("order_event_weight", w),)
-            modes.append(Mode("cascade, the default, head" + (f" ({label})" if label else "")
-                              + f", order event weight {w:g}", "oneshot", "rerank", weighed))  # fmt: skip
-        for value in args.order_windows:  # an order's moments cut otherwise (a head that reads words)
+            modes.append(Mode(f"{default}, order event weight {w:g}", "oneshot", "rerank", weighed))
+        for value in args.order_windows:
             cut = served + (("order_windows", value),)
-            modes.append(Mode("cascade, the default, head" + (f" ({label})" if label else "")
-                              + f", order windows {value}", "oneshot", "rerank", cut))  # fmt: skip
+            modes.append(Mode(f"{default}, order windows {value}", "oneshot", "rerank", cut))
         # the head's own score, without the frame bank's (nor, for an order, its events')
         alone = served + (
             ("head_selection_weight", 0.0),

@@ -71,7 +71,7 @@ from core.config import MIN_RELEVANCE, SearchMode
 from engine.results import Hit
 from engine.search.state import SearchState
 from engine.tiers import RerankStats, TierRequest
-from engine.tiers.timehead import event_scores, time_moment, time_relevance
+from engine.tiers.timehead import EVENTS_MOMENT, event_scores, time_moment, time_relevance
 from models.router import frame_evidence
 from models.selection import query_key
 from models.time_head import centred
@@ -154,8 +154,8 @@ class Cascade:
         # hit -> its weakest event's relevance: whether a time-tier hit shows every event its plan read
         # (module docstring)
         self.weakest_event = weakest_event
-        # the order route's score: q · z_T + order_event_weight · min_k max_t p_k · f_t (:meth:`_order`), its
-        # event phrases embedded by ``embed_queries`` (texts -> [E, d] numpy) where stage 1 did not
+        # the order route's score: q · z_T + order_event_weight · min_k max_t p_k · f_t (:meth:`_order`); an
+        # order's or a count's event phrases embedded by ``embed_queries`` (texts -> [E, d] numpy)
         self.order_event_weight, self.embed_queries = order_event_weight, embed_queries
         # where the order route cuts its moments: "query" by q_sel · f_c, "events" where each event shows best
         self.order_windows = order_windows
@@ -172,7 +172,7 @@ class Cascade:
         """Whether the heavy tier's head answers order: a streaming head that reads moments and the
         query's words (models.head ``query_words``: the backbone's final states all but drop "before" and
         "after", training/tiny_world/README.md)."""
-        return self.moments and bool(getattr(self.reranker.encoder.head.config, "query_words", False))
+        return self.moments and self.reranker.encoder.head.config.query_words
 
     @property
     def selects(self) -> bool:
@@ -224,9 +224,8 @@ class Cascade:
             return
         state.about_time = self.router.probability(state.q[0])
         order = self.order_plan(state)  # read by the head whatever the router says (its windows by q_sel)
-        if (
-            state.about_time >= self.router.threshold or order is not None
-        ) and self.router.selection is not None:
+        about = state.about_time >= self.router.threshold or order is not None
+        if about and self.router.selection is not None:
             state.select_q = self.router.selection(state.q[0])
             plan = order or self.time_plan(state)
             state.select_frames = plan is None
@@ -268,10 +267,12 @@ class Cascade:
         scores = [h.frame_score or 0.0 for h in hits]
         if about is not None and state.select_q is not None:
             # a query about time: selection (which candidates the head reads, and their moments)
-            # looks where its selection query points (models.router), and the tie is measured there
+            # looks where its selection query points (models.router), and the tie is measured there (not
+            # for an order the head reads: the order route picks its candidates by their events)
             request.select_q = state.select_q
-            selection = tuple(self.frame_tier.scores(hits, request.select_vec))
-            scores = sorted(selection, reverse=True)
+            if order is None:
+                selection = tuple(self.frame_tier.scores(hits, request.select_vec))
+                scores = sorted(selection, reverse=True)
         best = scores[0] if scores else None
         ties = sum(
             1 for v in scores[: self.head_candidates] if best is not None and v >= best - self.tie_margin
@@ -319,8 +320,7 @@ class Cascade:
     def _embed_events(self, state: SearchState, plan) -> tuple[tuple[str, ...], object]:
         """``plan``'s event phrases and their embeddings [E, d], each phrase embedded as a query is."""
         with state.clock.stage("query_embed"):
-            embed = self.embed_queries or (lambda t: self.time_tier.encoder.embed_queries(t).float().numpy())
-            return tuple(plan.events), embed(list(plan.events))
+            return tuple(plan.events), self.embed_queries(list(plan.events))
 
     def _order(self, state: SearchState, request: TierRequest, hits: list[Hit], plan) -> list[Hit]:
         """An order of two events, read by the streaming head that reads the query's words: every
@@ -348,7 +348,7 @@ class Cascade:
                 hit.events, hit.event_peaks = embedded, (raw.max(axis=0) if len(raw) else None)
                 shows[hit.video_id] = float(hit.event_peaks.min()) if hit.event_peaks is not None else -1.0
                 hit.moment = time_moment(bank, centred(raw), plan, hit.record)
-                hit.moment_source = None if hit.moment is None else TIME
+                hit.moment_source = None if hit.moment is None else EVENTS_MOMENT
                 if self.order_windows == "events" and len(raw):
                     windows[hit.video_id] = event_relevance(raw)
         request.select_relevance = windows or None
@@ -418,7 +418,7 @@ class Cascade:
             hit.events = hit.event_peaks = hit.time_confidence = None  # relevance: the query's best frame's
             hit.moment = hit.moment_source = None  # the moment rule's again
             hit.step_scores = hit.step_spans = hit.evidence = (
-                None  # the streaming head's (an order), if it read it
+                None  # the streaming head's, if it read an order
             )
         return frame
 

@@ -12,7 +12,7 @@ from engine.search import said
 from engine.search.evidence import Evidence
 from engine.search.state import SearchState
 from engine.spoken import cue_moment_preferred
-from engine.tiers.timehead import TimeTier
+from engine.tiers.timehead import EVENTS_MOMENT
 
 __all__ = ["finish_page", "rank_window"]
 
@@ -41,7 +41,7 @@ def finish_page(state: SearchState, evidence: Evidence) -> None:
         for hit in outcome.hits:
             if hit.evidence is None:  # not re-encoded: the top-K' bank frames
                 evidence.bank_evidence(p, q_vec, hit)
-            if hit.moment_source != TimeTier.name:  # the time tier's moment spans its events
+            if hit.moment_source != EVENTS_MOMENT:  # an order's or a count's moment spans its events
                 evidence.moment(q_vec, hit)
             if cue_moment_preferred(hit):  # what was said matched it at least as well
                 hit.moment, hit.moment_source = (hit.spoken.start_s, hit.spoken.end_s), "cue"

@@ -22,6 +22,8 @@ from engine.tiers.base import Tier, TierRequest, register
 from models.time_head import TimeHead, centred
 from models.time_query import TimeQuery, parse_time_query
 
+EVENTS_MOMENT = "time"  # a moment source (service.schemas.Moment): from the first event's showing to the last
+
 
 @register
 class TimeTier(Tier):
@@ -67,7 +69,7 @@ class TimeTier(Tier):
                 hit.event_peaks = r.max(axis=0) if len(r) else None
                 hit.time_confidence = self.head.confidence(score, plan.condition)
                 hit.moment = time_moment(bank, x, plan, hit.record)
-                hit.moment_source = None if hit.moment is None else self.name
+                hit.moment_source = None if hit.moment is None else EVENTS_MOMENT
         ranked = ordered(hits)
         if request.on_update is not None:
             request.on_update(ranked)
