@@ -91,6 +91,8 @@ class MomentRecipe:
     # composed order queries added to the training splits' (training.order_mix: clips of two still
     # events from the splits' encoded windows, in one order and the other)
     composed_orders: int = 0
+    # the share of them whose four events are one colour's shapes (training.order_mix ``same_colour``)
+    composed_same_colour: float = 0.0
     # the head reads the query's words and their places besides its token states (models.head
     # ``query_words``)
     query_words: bool = False

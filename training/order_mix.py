@@ -67,11 +67,15 @@ def window_labels(work: Path, model: Path, corpus: dict, split: Split) -> dict[t
 
 
 def composed_orders(
-    labels: dict[tuple[str, int, int], str], embed, count: int, *, seed: int = 0, clips: int = 4
-) -> list[QueryItem]:
+    labels: dict[tuple[str, int, int], str], embed, count: int, *, seed: int = 0, clips: int = 4,
+    same_colour: float = 0.0,
+) -> list[QueryItem]:  # fmt: skip
     """``count`` composed order queries (module docstring) from the labelled windows; ``embed`` maps
     texts to (q [n, d], the backbone's ClipStates of their prompts), as training.moment_data embeds a
-    split's queries."""
+    split's queries. A ``same_colour`` share of them draws its four events (A, B and the two others) from
+    one colour's shapes, so only the shapes tell the candidates apart: the served head's order misses
+    on development seeds were mirrors of one colour ("a green bar ... a green triangle") its score set
+    0.01-0.03 apart (training/tiny_world/README.md)."""
     from world.vocab import ORDER_PHRASINGS, order_text, parse_event
 
     rng = np.random.default_rng(seed)
@@ -89,10 +93,19 @@ def composed_orders(
         options = by_event[name]
         return options[rng.integers(len(options))]
 
+    by_colour: dict[str, list[str]] = {}
+    for name in events:
+        by_colour.setdefault(parse_event(name).colour, []).append(name)
+    one_colour = [names for _, names in sorted(by_colour.items()) if len(names) >= 4]
+    if same_colour and not one_colour:
+        raise ValueError("no colour has four labelled events to compose same-colour orders from")
+
     plans = []
     for _ in range(count):
-        a, b, c, d = rng.choice(len(events), size=4, replace=False)
-        a, b, c, d = (events[i] for i in (a, b, c, d))
+        pool = events
+        if same_colour and rng.random() < same_colour:
+            pool = one_colour[rng.integers(len(one_colour))]
+        a, b, c, d = (pool[i] for i in rng.choice(len(pool), size=4, replace=False))
         slots = sorted(rng.choice(clips, size=2, replace=False))
         fill = [haystack[i] for i in rng.choice(len(haystack), size=clips, replace=False)]
 
@@ -147,4 +160,7 @@ def composed_split(work: Path, model: Path, recipe, train: list[Split]) -> list[
     for split in train:
         labels.update(window_labels(work, model, recipe.corpus, split))
     embed = query_states(work, train[0].seed, model, recipe.corpus)
-    return [Split(0, composed_orders(labels, embed, recipe.composed_orders, seed=recipe.seed), {})]
+    items = composed_orders(
+        labels, embed, recipe.composed_orders, seed=recipe.seed, same_colour=recipe.composed_same_colour
+    )
+    return [Split(0, items, {})]

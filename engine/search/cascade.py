@@ -333,9 +333,13 @@ class Cascade:
             s = q · z_T + order_event_weight · min_k max_t p_k · f_t
 
         (its reading of which event shows first, plus whether both show at all: a mirror video shows the same
-        events, a count or single-event video not both), above the rest in that order. Each hit's relevance is
-        its weakest event's and its moment spans the two events (engine.tiers.timehead.time_moment). Its first
-        stands as the time head's does (:meth:`_keep_time_unless_shown`)."""
+        events, a count or single-event video not both), above the rest in that order. Its confidence that a
+        read candidate shows them as asked is the head's probability for it among those it read, Eq. 11's
+        softmax over their q · z_T / tau (:func:`head_confidence`; 0 for a candidate it did not read), so that
+        each hit's relevance is its weakest event's times that (engine.tiers.timehead.time_relevance, as for
+        the time head: a mirror that shows both events the other way round is not fully relevant); its moment
+        spans the two events (engine.tiers.timehead.time_moment). Its first stands as the time head's does
+        (:meth:`_keep_time_unless_shown`)."""
         if state.events is None or tuple(state.events[0]) != tuple(plan.events):
             state.events = self._embed_events(state, plan)
         embedded = state.events[1]
@@ -355,12 +359,17 @@ class Cascade:
         read = sorted(hits, key=lambda h: (-shows[h.video_id], h.stage1_rank))
         ranked = self._heavy(state, request, read, min(self.head_candidates, len(read)))
         name = self.reranker.name
+        by_head = [h for h in ranked if h.tier == name]
+        tau = float(self.reranker.encoder.head.temperature.detach())
+        confidence = head_confidence([h.score for h in by_head], tau)
         for hit in ranked:
-            if hit.tier == name:
-                hit.score += self.order_event_weight * shows[hit.video_id]
-        scored = sorted((h for h in ranked if h.tier == name), key=lambda h: (-h.score, h.stage1_rank))
+            hit.time_confidence = 0.0
+        for hit, p in zip(by_head, confidence, strict=True):
+            hit.time_confidence = p
+            hit.score += self.order_event_weight * shows[hit.video_id]
+        scored = sorted(by_head, key=lambda h: (-h.score, h.stage1_rank))
         return self._keep_time_unless_shown(
-            state, frame, scored + [h for h in read if h.tier != name], "the streaming head"
+            state, frame, scored + [h for h in ranked if h.tier != name], "the streaming head"
         )
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
@@ -403,7 +412,7 @@ class Cascade:
         state.time_read_by = who
         if not ranked or ranked[0] is frame[0] or self.weakest_event is None:
             return ranked
-        why = self.time_first_stands(ranked[0], frame[0])
+        why = self.time_first_stands(ranked[0], frame[0], who)
         if why is not None:
             state.outcome.route += why
             return ranked
@@ -422,7 +431,7 @@ class Cascade:
             )
         return frame
 
-    def time_first_stands(self, first: Hit, frame_first: Hit) -> str | None:
+    def time_first_stands(self, first: Hit, frame_first: Hit, who: str = "the time head") -> str | None:
         """Whether the time head's first stands over the frame tier's (another video): where it shows every
         event its parse read (its weakest event's relevance reaches MIN_RELEVANCE), or where the head's
         calibrated confidence (engine.tiers.timehead.time_relevance) says its first shows them as asked
@@ -433,7 +442,8 @@ class Cascade:
         of the frame tier's ten at most 0.18 on 19 of the 20 ordinary sentences of
         tests/engine/test_time_routing.py its parse reads, 0.53 on one). What the route adds ("" for the
         first rule), or None: the frame tier's order stands. A head without a confidence for the condition
-        has the first rule alone."""
+        has the first rule alone; the streaming head's, where it reads an order, is its probability among the
+        candidates it read (:func:`head_confidence`)."""
         weakest = self.weakest_event(first)
         if weakest is None:
             return None
@@ -445,8 +455,8 @@ class Cascade:
             return None
         if time_relevance(weakest, first) < time_relevance(other, frame_first):  # its relevance is lower
             return None
-        return (f"; its first shows every event less plainly ({weakest:.2f} against {other:.2f}), but the time "
-                f"head's confidence that it shows them as asked ({ours:.2f}, the frame tier's first "
+        return (f"; its first shows every event less plainly ({weakest:.2f} against {other:.2f}), but {who}'s "
+                f"confidence that it shows them as asked ({ours:.2f}, the frame tier's first "
                 f"{theirs:.2f}) is the stronger evidence: its order stands")  # fmt: skip
 
     def _back_to_frame_tier(self, hit: Hit) -> None:
@@ -473,6 +483,17 @@ class Cascade:
             request.on_update = lambda sub: outer(heavy_first(sub, tier.name) + rest)
         top = tier.run(request, top)
         return heavy_first(top, tier.name) + rest
+
+
+def head_confidence(scores, temperature: float) -> list[float]:
+    """The streaming head's probability for each candidate it read, from their scores s_i = q · z_T,i:
+    Eq. 11's softmax, exp(s_i / tau) / sum_j exp(s_j / tau), with the head's learned temperature tau (what
+    the head was trained to put on the video the query describes, among those it reads)."""
+    if not len(scores):
+        return []
+    z = np.asarray(scores, dtype=np.float64) / temperature
+    e = np.exp(z - z.max())
+    return [float(v) for v in e / e.sum()]
 
 
 def event_relevance(raw):

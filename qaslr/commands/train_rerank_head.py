@@ -28,7 +28,8 @@ training.json then keeps the record of the selection query the weights were trai
 
 ``--order-contrast`` and ``--composed-orders N`` train for order: each order query's own video with its
 clips the other way round as one more negative, and N order queries composed from the splits' clips of
-two still events (training.order_mix). ``--query-words`` gives the head the query's words besides its
+two still events (training.order_mix), ``--composed-same-colour SHARE`` of them with all four events one
+colour's shapes (told apart by shape alone). ``--query-words`` gives the head the query's words besides its
 token states (each prompt token's input embedding and place: the backbone's final states all but drop
 "before" / "after"). None ships: with them the head's order stayed far below the time head's
 (training/tiny_world/README.md, "Order: what the head did not learn")."""
@@ -72,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--composed-orders", type=int, default=r.composed_orders,
                    help="also train on this many order queries composed from the splits' clips of two "
                    "still events (training.order_mix)")  # fmt: skip
+    p.add_argument("--composed-same-colour", type=float, default=r.composed_same_colour, metavar="SHARE",
+                   help="the share of the composed order queries whose events are all one colour's shapes, "
+                   "told apart by shape alone (training.order_mix)")  # fmt: skip
     p.add_argument("--query-words", action="store_true",
                    help="the head reads the query's words (each prompt token's input embedding and place) "
                    "besides its token states (models.head query_words)")  # fmt: skip
@@ -104,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     recipe = dataclasses.replace(
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
         lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
-        order_contrast=args.order_contrast, composed_orders=args.composed_orders, query_words=args.query_words,
+        order_contrast=args.order_contrast, composed_orders=args.composed_orders,
+        composed_same_colour=args.composed_same_colour, query_words=args.query_words,
     )  # fmt: skip
     work, model = _workdir_and_model(args)
     out = Path(args.out)

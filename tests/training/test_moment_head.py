@@ -206,7 +206,9 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
     """A served head with ``query_words`` takes an order of two events on the default search (the order
     route, engine.search.cascade): every candidate's events are found in its frame bank, the head reads
     the ``head_candidates`` that show their weaker event best, each scores q · z_T + order_event_weight ·
-    min_k max_t p_k · f_t above the rest, and its moment spans the two events; a count is not its."""
+    min_k max_t p_k · f_t above the rest, its confidence is its probability among those read (Eq. 11's
+    softmax of q · z_T / tau: summing to 1 over them, 0 for the rest) and its relevance the weakest event's
+    times that, and its moment spans the two events; a count is not its."""
     from engine import EngineConfig, load_engine
     from engine.tiers.timehead import event_scores
     from training.moment_data import attach_words
@@ -233,9 +235,16 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
         read, rest = got.hits[:m], got.hits[m:]
         assert {h.tier for h in read} == {name} and all(h.tier != name for h in rest)
         q = engine.encoder.embed_queries([text])[0].float().numpy()
-        for hit in read:
+        tau = float(engine.searcher.reranker.encoder.head.temperature.detach())
+        heads = np.array([float(hit.embedding @ q) for hit in read])
+        expected = np.exp((heads - heads.max()) / tau) / np.exp((heads - heads.max()) / tau).sum()
+        for hit, s, p in zip(read, heads, expected, strict=True):
             shows = float(hit.event_peaks.min())  # its weaker event's best frame
-            assert hit.score == pytest.approx(float(hit.embedding @ q) + weight * shows, abs=1e-4)
+            assert hit.score == pytest.approx(s + weight * shows, abs=1e-4)
+            assert hit.time_confidence == pytest.approx(p, abs=1e-3)
+            assert hit.relevance == pytest.approx(hit.events_relevance * p, abs=1e-3)
+        assert sum(h.time_confidence for h in read) == pytest.approx(1.0) and len(set(expected.round(6))) > 1
+        assert all(h.time_confidence == 0.0 and h.relevance == 0.0 for h in rest)
         assert [h.score for h in read] == sorted((h.score for h in read), reverse=True)
         weaker = [float(h.event_peaks.min()) for h in got.hits]
         assert min(weaker[:m]) >= max(weaker[m:], default=-1.0)  # it read those that show both best
@@ -246,7 +255,7 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
             assert set(best.tolist()) <= {e.frame_index for e in hit.evidence}, hit.video_id
         first = got.hits[0]
         assert first.moment_source == "time" and first.moment[0] < first.moment[1]
-        assert first.events_relevance is not None and first.relevance == pytest.approx(first.events_relevance)
+        assert first.events_relevance is not None
         count = next(i.text for i in data.items if i.kind == "count")
         assert not engine.search_sync({"query": count}).route.startswith("an order")
     finally:
@@ -303,3 +312,34 @@ def test_composed_order_queries_contrast_the_same_clips_in_the_other_order():
         assert item.true_of == [True, False, False, False, False] and item.target == 0 and item.partner == 1
     batch = make_batch(items[:2], evidence)
     assert batch.size == (2, 5) and batch.step_mask.all()
+
+
+def test_composed_same_colour_orders_tell_their_candidates_apart_by_shape_alone():
+    """``same_colour`` = 1: every composed order's four events (A, B, the other first, the other last)
+    are one colour's shapes; 0 draws them from every colour, and a world with no colour of four
+    labelled events cannot compose them."""
+    from models.backbone import ClipStates
+    from training.order_mix import HAYSTACK, composed_orders
+    from world.vocab import parse_event
+
+    names = [f"{c} {s}" for c in ("red", "blue") for s in ("square", "circle", "bar", "triangle")]
+    names.append("green bar")
+    labels = {(f"9/v{i}", 0, 1): name for i, name in enumerate(names)}
+    labels.update({(f"9/h{k}", 0, 1): HAYSTACK for k in range(6)})
+
+    def embed(texts):
+        hidden = torch.randn(len(texts), 5, 8)
+        return torch.randn(len(texts), 8), ClipStates(hidden, torch.ones(len(texts), 5, dtype=torch.bool))
+
+    def colours(item):
+        shown = {labels[w] for row in item.windows for w in row if labels[w] != HAYSTACK}
+        return {parse_event(name).colour for name in shown}, len(shown)
+
+    for item in composed_orders(labels, embed, 30, seed=1, same_colour=1.0):
+        assert colours(item) in (({"red"}, 4), ({"blue"}, 4))
+    mixed = [colours(item)[0] for item in composed_orders(labels, embed, 30, seed=1)]
+    assert any(len(c) > 1 for c in mixed)
+    few = {key: name for key, name in labels.items() if not name.startswith(("red", "blue"))}
+    few.update({(f"9/x{i}", 0, 1): f"{c} square" for i, c in enumerate(("white", "cyan", "yellow"))})
+    with pytest.raises(ValueError, match="four labelled events"):
+        composed_orders(few, embed, 3, same_colour=0.5)
