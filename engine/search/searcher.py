@@ -363,6 +363,9 @@ class Searcher:
         why = (
             f"{state.time_read_by} read it, but its first showed the events neither plainly nor, by its "
             "confidence, as asked: the words may not ask for that here"
+            if state.time_reverted and state.time_read_by == "the time head"
+            else f"{state.time_read_by} read it, but its first did not show every event plainly: the words may "
+            "not ask for that here"
             if state.time_reverted
             else "this server has no time head"
             if head is None

@@ -258,6 +258,24 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
         assert first.events_relevance is not None
         count = next(i.text for i in data.items if i.kind == "count")
         assert not engine.search_sync({"query": count}).route.startswith("an order")
+        # the 30 ordinary sentences the time head's keep rule holds (tests/engine/test_time_routing.py): read as
+        # orders by this head too, each keeps the frame tier's first or puts first a video that shows the event
+        from tests.engine.test_time_routing import NATURAL
+
+        truth = {
+            v["id"]: v for v in json.loads((work / "moment-corpus-11" / "truth.json").read_text())["videos"]
+        }
+        singles = [v for v in truth.values() if v["kind"] == "single"]
+        routed = 0
+        for i, template in enumerate(NATURAL * 2):
+            name = singles[i % len(singles)]["events"][0][0]
+            query = template.format(a="an" if name[0] in "aeiou" else "a", name=name)
+            frame_top = engine.search_sync({"query": query, "mode": "frames", "top_k": 3}).hits[0].video_id
+            got = engine.search_sync({"query": query, "top_k": 3})
+            top = got.hits[0].video_id
+            assert top == frame_top or name in {e[0] for e in truth[top]["events"]}, (query, got.route)
+            routed += got.route.startswith("an order")
+        assert routed >= 10, routed
     finally:
         engine.close()
 
