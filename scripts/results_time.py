@@ -254,18 +254,19 @@ def time_table_lead(args: dict, served: bool) -> str:
 
 def order_route_intro(data: dict) -> list[str]:
     """What the order route's development run compared (docs/bench/order_route.json)."""
-    weights = " ".join(f"{w:g}" for w in data["args"].get("order_event_weight", []))
     return [
-        "The rerank head that reads the query's words (`qaslr train-rerank-head RUNDIR --composed-orders 3000 "
-        '--query-words --lr 1e-3 --epochs 12`: training/tiny_world/README.md, "Order"; not shipped), served '
-        "through the order route (engine.search.cascade: an order of two events goes to such a head before the "
-        "time head; its candidates the 6 that show their weaker event best, each scored q · z_T + "
-        "`order_event_weight` · its weaker event's best frame), beside the time head and the hand rule in the "
-        f"same run; `--time-head training/tiny_world/time_head --rerank-head words=RUNDIR --order-event-weight "
-        f"{weights}`. *cascade, the default, head (words)* serves it with the default weight, the rows after it "
-        "with the weights named, *head's score alone* with q · z_T alone. These seeds chose "
-        "`order_event_weight`: development numbers, not held-out ones; the route is off by default because no "
-        "shipped head reads the words, and this head stays below the time head on order here.",
+        "Two rerank heads that read the query's words (not shipped; training/tiny_world/README.md, \"Order\"), "
+        "served through the order route (engine.search.cascade: an order of two events goes to such a head before "
+        "the time head; its candidates the 6 that show their weaker event best, each scored q · z_T + "
+        "`order_event_weight` · its weaker event's best frame, its confidence its softmax share among them), "
+        "beside the time head and the hand rule in the same run: *words* `qaslr train-rerank-head RUNDIR "
+        "--composed-orders 3000 --query-words --lr 1e-3 --epochs 12`, *same-colour* the same with "
+        "`--composed-orders 4000 --composed-same-colour 0.25` (a quarter of the composed orders told apart by shape "
+        "alone); `--time-head training/tiny_world/time_head --rerank-head words=RUNDIR --rerank-head "
+        "same-colour=RUNDIR`. *cascade, the default, head (NAME)* serves a head with the default weight, *head's "
+        "score alone* with q · z_T alone. These are development seeds (they chose `order_event_weight`): no "
+        "held-out claim; the route is off by default because no shipped head reads the words, and both heads stay "
+        "below the time head and the hand rule on order here.",
         *([f"Measured {data['note']}."] if data.get("note") else []),
         "",
     ]
