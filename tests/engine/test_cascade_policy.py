@@ -133,15 +133,18 @@ TIME_FIRSTS = [
 ]
 
 
+@pytest.mark.parametrize("calibrated", [True, False])
 @pytest.mark.parametrize(("ours", "theirs", "stands"), TIME_FIRSTS)
 def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence_is_the_stronger_evidence(
-    ours, theirs, stands
+    ours, theirs, stands, calibrated
 ):
     """Cascade._keep_time_unless_shown: the time head's first (another video than the frame tier's)
     stands where its weakest event reaches MIN_RELEVANCE, or where the head's calibrated confidence puts
     its own first at 0.5 or more and the frame tier's below and its relevance (weakest event x confidence)
     is not below the frame tier's first's; else the frame tier's order stands, every hit back on the frame
-    tier, and the route says which."""
+    tier, and the route says which. The streaming head reading an order (``calibrated`` False: its
+    confidence is a share among the candidates it read, not a per-video probability) has the first rule
+    alone."""
     from types import SimpleNamespace
 
     from engine.results import Hit
@@ -153,49 +156,21 @@ def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence
         SimpleNamespace(name="head"),
         weakest_event=lambda h: weakest[h.video_id],
     )
+    who = "the time head" if calibrated else "the streaming head"
     first = Hit("frame-first", 0.2, 0.0, 1, tier="time", frame_score=0.8, time_confidence=theirs[1])
     other = Hit("head-first", 0.9, 0.0, 2, tier="time", frame_score=0.7, time_confidence=ours[1])
     state = SimpleNamespace(outcome=SimpleNamespace(route="order", rerank_embedder="time"))
-    out = cascade._keep_time_unless_shown(state, [first, other], [other, first])
-    if stands:
+    out = cascade._keep_time_unless_shown(state, [first, other], [other, first], who, calibrated)
+    assert state.time_read_by == who
+    if stands and (
+        calibrated or ours[0] >= 0.85
+    ):  # without the confidence: where it shows every event plainly
         assert [h.video_id for h in out] == ["head-first", "frame-first"] and out[0].tier == "time"
         assert ("confidence" in state.outcome.route) == (ours[0] < 0.85)
     else:
         assert [h.video_id for h in out] == ["frame-first", "head-first"]
-        assert "the frame tier's order stands" in state.outcome.route
+        assert f"{who}'s first does not show every event it read" in state.outcome.route
         assert [(h.tier, h.score, h.time_confidence) for h in out] == [
             ("frame", 0.8, None),
             ("frame", 0.7, None),
         ]
-
-
-@pytest.mark.parametrize(("ours", "theirs", "stands"), TIME_FIRSTS)
-def test_the_streaming_heads_first_of_an_order_stands_by_the_first_rule_alone(ours, theirs, stands):
-    """The order route's reader (the streaming head, ``calibrated`` False): its confidence is a share among
-    the candidates it read, not a per-video probability, so its first stands only where it shows every
-    event plainly; where the time head's confidence would have let it stand, the frame tier's order stands
-    and the route names the streaming head."""
-    from types import SimpleNamespace
-
-    from engine.results import Hit
-    from engine.search.cascade import Cascade
-
-    weakest = {"head-first": ours[0], "frame-first": theirs[0]}
-    cascade = Cascade(
-        SimpleNamespace(name="frame"),
-        SimpleNamespace(name="head"),
-        weakest_event=lambda h: weakest[h.video_id],
-    )
-    first = Hit("frame-first", 0.2, 0.0, 1, tier="head", frame_score=0.8, time_confidence=theirs[1])
-    other = Hit("head-first", 0.9, 0.0, 2, tier="head", frame_score=0.7, time_confidence=ours[1])
-    state = SimpleNamespace(outcome=SimpleNamespace(route="order", rerank_embedder="head"))
-    out = cascade._keep_time_unless_shown(state, [first, other], [other, first], "the streaming head", False)
-    assert state.time_read_by == "the streaming head"
-    if stands and ours[0] >= 0.85:  # it shows every event plainly
-        assert [h.video_id for h in out] == [
-            "head-first",
-            "frame-first",
-        ] and "confidence" not in state.outcome.route
-    else:
-        assert [h.video_id for h in out] == ["frame-first", "head-first"]
-        assert "the streaming head's first does not show every event" in state.outcome.route
