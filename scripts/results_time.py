@@ -255,7 +255,7 @@ def time_table_lead(args: dict, served: bool) -> str:
 def order_route_intro(data: dict) -> list[str]:
     """What the order route's development run compared (docs/bench/order_route.json)."""
     return [
-        "Two rerank heads that read the query's words (not shipped; training/tiny_world/README.md, \"Order\"), "
+        'Two rerank heads that read the query\'s words (not shipped; training/tiny_world/README.md, "Order"), '
         "served through the order route (engine.search.cascade: an order of two events goes to such a head before "
         "the time head; its candidates the 6 that show their weaker event best, each scored q · z_T + "
         "`order_event_weight` · its weaker event's best frame, its confidence its softmax share among them), "
