@@ -230,7 +230,8 @@ DEFAULT_HEAD_SELECTION_WEIGHT = 3.0
 # and 4 of benchmarks/bench_quality.py (10 order queries each, the head of training/tiny_world/README.md's
 # "Order" section; none ships with query_words, so the route is off by default): weights 0, 1, 2, 4 put
 # the right video above its mirror for 70, 70, 80, 75 % of them, first over the collection 50, 55, 70,
-# 65 % (the time head: 100 and 90 %, which is why it keeps serving order).
+# 65 % (the time head: 100 and 90 %, which is why it keeps serving order; training/tiny_world/README.md,
+# "Served through the order route": docs/bench/order_route.json now holds a later run at this weight).
 DEFAULT_ORDER_EVENT_WEIGHT = 2.0
 # Moments of the first this many results are refined at the source's frame rate (engine.refine).
 # Refining costs a decode of the source around each edge: with 3, refinement was 86 % of the default

@@ -12,7 +12,7 @@ benchmark command that the page names beside each table:
     docs/bench/time_head_recipe.json benchmarks/bench_time_head.py --json ... (its Table 6, its early exit)
     docs/bench/moment_head.json     benchmarks/bench_moment_head.py --json ... (the rerank head's Tables 5, 6)
     docs/bench/rerank_head.json     benchmarks/bench_quality.py --rerank-head ... (the rerank head served)
-    docs/bench/order_route.json     benchmarks/bench_quality.py --order-event-weight ... (the order route, dev seeds)
+    docs/bench/order_route.json     benchmarks/bench_quality.py --rerank-head NAME=DIR ... (the order route, dev seeds)
     docs/bench/backbone_motion*.json benchmarks/bench_backbone.py OTHER --json ... (a motion recipe's weights)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
     docs/bench/bank_storage.json    benchmarks/bench_bank_storage.py --json ... (storage per hour, int8 error)

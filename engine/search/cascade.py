@@ -77,9 +77,23 @@ from models.selection import query_key
 from models.time_head import centred
 from models.time_query import parse_time_query
 
-__all__ = ["Cascade", "CascadePolicy", "Route", "Signals"]
+__all__ = ["ORDER_READER", "TIME_READER", "Cascade", "CascadePolicy", "EventReader", "Route", "Signals"]
 
 HEAVY, TIME, ORDER = "heavy", "time", "order"  # the routes past the frame tier
+
+
+@dataclass(frozen=True)
+class EventReader:
+    """Who ranked a query's events (an order or a count), as the answer names it, and whether its confidence
+    is a per-video calibrated probability (:meth:`Cascade.time_first_stands`' second rule needs one)."""
+
+    name: str
+    calibrated: bool
+
+
+TIME_READER = EventReader("the time head", calibrated=True)  # models.time_head.TimeHead.confidence
+# the streaming head on the order route: its confidence a share among the candidates it read (head_confidence)
+ORDER_READER = EventReader("the streaming head", calibrated=False)
 
 
 @dataclass(frozen=True)
@@ -370,7 +384,7 @@ class Cascade:
             hit.score += self.order_event_weight * shows[hit.video_id]
         scored = sorted(by_head, key=lambda h: (-h.score, h.stage1_rank))
         ranked = scored + [h for h in ranked if h.tier != name]
-        return self._keep_time_unless_shown(state, frame, ranked, "the streaming head", calibrated=False)
+        return self._keep_time_unless_shown(state, frame, ranked, ORDER_READER)
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
         """Each candidate the head read scores s = q · z_T + ``selection_weight`` · max_c q_sel · f_c +
@@ -403,23 +417,21 @@ class Cascade:
         return group + ranked[m:]
 
     def _keep_time_unless_shown(
-        self, state: SearchState, frame: list[Hit], ranked: list[Hit], who: str = "the time head",
-        calibrated: bool = True,
-    ) -> list[Hit]:  # fmt: skip
-        """The ranking of a query's events (``who`` read them: the time head, or the streaming head for an
+        self, state: SearchState, frame: list[Hit], ranked: list[Hit], reader: EventReader = TIME_READER
+    ) -> list[Hit]:
+        """The ranking of a query's events (``reader`` read them: the time head, or the streaming head for an
         order) stands where its first is the frame tier's, or shows what the parse read
-        (:meth:`time_first_stands`; ``calibrated``: whether ``who``'s confidence is a per-video probability, which
-        its second rule needs); else the frame tier's order stands (the parse may have misread the sentence),
-        and the answer says so."""
-        state.time_read_by = who
+        (:meth:`time_first_stands`, its second rule only for a calibrated reader); else the frame tier's order
+        stands (the parse may have misread the sentence), and the answer says so."""
+        state.time_read_by = reader
         if not ranked or ranked[0] is frame[0] or self.weakest_event is None:
             return ranked
-        why = self.time_first_stands(ranked[0], frame[0], calibrated)
+        why = self.time_first_stands(ranked[0], frame[0], reader.calibrated)
         if why is not None:
             state.outcome.route += why
             return ranked
         state.outcome.route += (
-            f"; {who}'s first does not show every event it read: the frame tier's order stands"
+            f"; {reader.name}'s first does not show every event it read: the frame tier's order stands"
         )
         state.outcome.rerank_embedder = None
         state.time_reverted = True

@@ -360,11 +360,12 @@ class Searcher:
             return
         what = f"a count ({asked.count} times)" if asked.kind == "count" else "an order"
         head = self.time_tier.head.config if self.time_tier is not None else None
+        reader = state.time_read_by
         why = (
-            f"{state.time_read_by} read it, but its first showed the events neither plainly nor, by its "
+            f"{reader.name} read it, but its first showed the events neither plainly nor, by its "
             "confidence, as asked: the words may not ask for that here"
-            if state.time_reverted and state.time_read_by == "the time head"
-            else f"{state.time_read_by} read it, but its first did not show every event plainly: the words may "
+            if state.time_reverted and reader.calibrated
+            else f"{reader.name} read it, but its first did not show every event plainly: the words may "
             "not ask for that here"
             if state.time_reverted
             else "this server has no time head"

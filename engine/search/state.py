@@ -57,7 +57,7 @@ class SearchState:
     time_asked: object = None
     # ... who read its events (the time head, or the streaming head for an order; None: no one), and
     # whether its first did not stand (the frame tier's order stands)
-    time_read_by: str | None = None
+    time_read_by: object = None  # engine.search.cascade.EventReader
     time_reverted: bool = False
 
     @classmethod

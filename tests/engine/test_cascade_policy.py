@@ -148,7 +148,7 @@ def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence
     from types import SimpleNamespace
 
     from engine.results import Hit
-    from engine.search.cascade import Cascade
+    from engine.search.cascade import ORDER_READER, TIME_READER, Cascade
 
     weakest = {"head-first": ours[0], "frame-first": theirs[0]}
     cascade = Cascade(
@@ -156,12 +156,12 @@ def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence
         SimpleNamespace(name="head"),
         weakest_event=lambda h: weakest[h.video_id],
     )
-    who = "the time head" if calibrated else "the streaming head"
+    reader = TIME_READER if calibrated else ORDER_READER
     first = Hit("frame-first", 0.2, 0.0, 1, tier="time", frame_score=0.8, time_confidence=theirs[1])
     other = Hit("head-first", 0.9, 0.0, 2, tier="time", frame_score=0.7, time_confidence=ours[1])
     state = SimpleNamespace(outcome=SimpleNamespace(route="order", rerank_embedder="time"))
-    out = cascade._keep_time_unless_shown(state, [first, other], [other, first], who, calibrated)
-    assert state.time_read_by == who
+    out = cascade._keep_time_unless_shown(state, [first, other], [other, first], reader)
+    assert state.time_read_by == reader and reader.calibrated == calibrated
     if stands and (
         calibrated or ours[0] >= 0.85
     ):  # without the confidence: where it shows every event plainly
@@ -169,7 +169,7 @@ def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence
         assert ("confidence" in state.outcome.route) == (ours[0] < 0.85)
     else:
         assert [h.video_id for h in out] == ["frame-first", "head-first"]
-        assert f"{who}'s first does not show every event it read" in state.outcome.route
+        assert f"{reader.name}'s first does not show every event it read" in state.outcome.route
         assert [(h.tier, h.score, h.time_confidence) for h in out] == [
             ("frame", 0.8, None),
             ("frame", 0.7, None),

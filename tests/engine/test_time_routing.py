@@ -39,6 +39,16 @@ NATURAL = (
 )
 
 
+def natural_queries(names: list[str]) -> list[tuple[str, str]]:
+    """The 30 ordinary sentences (NATURAL twice), each about the next event of ``names`` in turn: (the
+    event, the sentence)."""
+    out = []
+    for i, template in enumerate(NATURAL * 2):
+        name = names[i % len(names)]
+        out.append((name, template.format(a="an" if name[0] in "aeiou" else "a", name=name)))
+    return out
+
+
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory, tiny_world_checkpoint):
     from engine import EngineConfig, load_engine
@@ -110,10 +120,7 @@ def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_bet
     truth = corpus.by_id()
     singles = [v for v in corpus.videos if v.kind == "single"]
     checked = reverted = 0
-    for i, template in enumerate(NATURAL * 2):
-        video = singles[i % len(singles)]
-        name = video.events[0][0]
-        query = template.format(a="an" if name[0] in "aeiou" else "a", name=name)
+    for name, query in natural_queries([v.events[0][0] for v in singles]):
         frames = engine.search_sync({"query": query, "mode": "frames", "top_k": 3})
         default = engine.search_sync({"query": query, "top_k": 3})
         event = Meaning("event", (name,))

@@ -260,16 +260,14 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
         assert not engine.search_sync({"query": count}).route.startswith("an order")
         # the 30 ordinary sentences the time head's keep rule holds (tests/engine/test_time_routing.py): read as
         # orders by this head too, each keeps the frame tier's first or puts first a video that shows the event
-        from tests.engine.test_time_routing import NATURAL
+        from tests.engine.test_time_routing import natural_queries
 
         truth = {
             v["id"]: v for v in json.loads((work / "moment-corpus-11" / "truth.json").read_text())["videos"]
         }
         singles = [v for v in truth.values() if v["kind"] == "single"]
         routed = 0
-        for i, template in enumerate(NATURAL * 2):
-            name = singles[i % len(singles)]["events"][0][0]
-            query = template.format(a="an" if name[0] in "aeiou" else "a", name=name)
+        for name, query in natural_queries([v["events"][0][0] for v in singles]):
             frame_top = engine.search_sync({"query": query, "mode": "frames", "top_k": 3}).hits[0].video_id
             got = engine.search_sync({"query": query, "top_k": 3})
             top = got.hits[0].video_id
