@@ -7,8 +7,10 @@
     "a red square appears and afterwards / next a blue ..." -> order  (red square, blue circle)
     "a blue circle appears, preceded by a red square"      -> order  (red square, blue circle)
     "a blue circle appears, following a red square"        -> order  (red square, blue circle)
+    "a red square is followed by / appears prior to a blue circle" -> order (red square, blue circle)
     "a red square appears, and a blue circle ... later"    -> order  (red square, blue circle)
-    "a red square appears twice" / "... two times"         -> count 2 of "a red square appears"
+    "a red square appears twice" / "... two (separate) times" / "... on two occasions"
+                                                           -> count 2 of "a red square appears"
     "a red square appears once" / "... only once"          -> count 1
 
 The time head (:mod:`models.time_head`) embeds each event phrase on its own with the backbone and
@@ -36,21 +38,31 @@ _COUNT = re.compile(
     + "|".join(sorted((re.escape(w) for w in _COUNT_WORDS), key=len, reverse=True))
     + r")(?:\s+in\s+(?:the|this|a|total)(?:\s+video)?)?$"
 )
-# "A, then B", "A and then B", "A, followed by B", "A before B", "A and afterwards B", "A, next B" (not
-# "next to"), "A, after that B"; a leading "first" is dropped
+# "two separate / different / distinct times", "on two occasions": "two times"
+_COUNT_FORMS = (
+    (re.compile(r"\b(one|two|three|four|[1-4])\s+(?:separate|different|distinct)\s+times\b"), r"\1 times"),
+    (re.compile(r"\bon\s+(one|two|three|four|[1-4])\s+(?:separate\s+)?occasions?\b"), r"\1 times"),
+)
+# "A, then B", "A and then B", "A, followed by B", "A is followed by B", "A before B", "A prior to B", "A
+# earlier than B", "A and afterwards B", "A, next B" (not "next to"), "A, after that B"; a leading "first"
+# is dropped
 _THEN = re.compile(
-    r"(?:\s*(?:,\s*|\s)(?:and\s+)?(?:then|followed\s+by|before|and\s+later|later|afterwards?|after\s+that"
-    r"|subsequently)|\s*(?:,\s*(?:and\s+)?|\s+and\s+)next(?!\s+to\b))\s+"
+    r"(?:\s*(?:,\s*|\s)(?:and\s+)?(?:then|(?:(?:is|was|are|were|gets|got)\s+)?followed\s+by|before"
+    r"|prior\s+to|earlier\s+than|and\s+later|later(?!\s+than\b)|afterwards?|after\s+that|subsequently)"
+    r"|\s*(?:,\s*(?:and\s+)?|\s+and\s+)next(?!\s+to\b))\s+"
 )  # "next" only after a comma or "and": "the next video shows ..." is no order
 # "A, and B later (on)" / "A and B afterwards": the second event's adverb at the end
 _TRAIL = re.compile(
     r"^(?P<first>.+?),?\s+and\s+(?P<second>.+?)\s+(?:later(?:\s+on)?|afterwards?|after\s+that)$"
 )
 _LATER_ON = re.compile(r"\s+later\s+on$")
-# "B, preceded by A", "B, following A" (the comma: "the following video ..." is no order)
-_BACK = re.compile(r"^(?P<second>.+?)(?:(?:,\s*|\s+)preceded\s+by|,\s*following)\s+(?P<first>.+)$")
+# "B, preceded by A", "B, following A", "B following a / an / the A" (not "the following video ...")
+_BACK = re.compile(
+    r"^(?P<second>.+?)(?:(?:,\s*|\s+)preceded\s+by|,\s*following|(?<!\bthe)\s+following(?=\s+(?:an?|the)\s))"
+    r"\s+(?P<first>.+)$"
+)
 _AFTER_LEAD = re.compile(r"^after\s+(?P<first>.+?),\s*(?:then\s+)?(?P<second>.+)$")
-_AFTER_MID = re.compile(r"^(?P<second>.+?)\s+after\s+(?P<first>.+)$")
+_AFTER_MID = re.compile(r"^(?P<second>.+?)\s+(?:after|later\s+than)\s+(?P<first>.+)$")
 _FIRST = re.compile(r"^(?:at\s+)?first[\s,]+")
 _TRIM = " \t\n.,;:!?\"'"
 
@@ -79,7 +91,10 @@ def parse_time_query(text: str | None) -> TimeQuery | None:
     if not text:
         return None
     t = _clean(text.lower())
-    m = _COUNT.match(t)
+    counted = t
+    for form, plain in _COUNT_FORMS:
+        counted = form.sub(plain, counted)
+    m = _COUNT.match(counted)
     if m and _clean(m.group("event")):
         event = _FIRST.sub("", _clean(m.group("event")))
         if not _THEN.search(event):  # "A then B twice" is no single count

@@ -60,6 +60,12 @@ def test_every_world_count_phrasing_names_the_event_and_its_count(times, phrasin
             "a red square appears, then a blue circle appears later on",
             ("a red square appears", "a blue circle appears"),
         ),
+        # more ways to say it, read alike
+        ("a blue circle appears following a red square", ("a red square", "a blue circle appears")),
+        ("a red square is followed by a blue circle", ("a red square", "a blue circle")),
+        ("a red square appears prior to a blue circle", ("a red square appears", "a blue circle")),
+        ("a red square appears earlier than a blue circle", ("a red square appears", "a blue circle")),
+        ("a blue circle appears later than a red square", ("a red square", "a blue circle appears")),
     ],
 )
 def test_other_order_words_read_in_time_order(text, events):
@@ -78,10 +84,24 @@ def test_other_order_words_read_in_time_order(text, events):
         "the next video shows a red square",
         "the following video shows a red square",
         "next, a red square",
+        "a red square on the following slide",
     ],
 )
 def test_a_plain_description_asks_nothing_about_time(text):
     assert parse_time_query(text) is None
+
+
+@pytest.mark.parametrize(
+    "text,times",
+    [
+        ("a red square appears two separate times", 2),
+        ("a red square appears on two occasions", 2),
+        ("a red square appears on three separate occasions", 3),
+        ("a red square appears three different times", 3),
+    ],
+)
+def test_other_count_words_read_as_the_count(text, times):
+    assert parse_time_query(text) == TimeQuery("count", ("a red square appears",), times)
 
 
 def test_counts_beyond_two_parse_so_a_head_can_decline_them():
