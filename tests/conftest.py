@@ -23,6 +23,18 @@ def _single_thread_torch():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_given_back():
+    """A test leaves torch's process-wide thread count as it found it: a training run that left 2 threads
+    set changed what later tests trained by the same seeds (training/threads.py)."""
+    import torch
+
+    yield
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    assert threads == 1, f"this test left torch with {threads} threads (set for a run, not given back)"
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A random Qwen3-VL-Embedding-shaped checkpoint (frame size 64, D = d = 64), seed 0."""

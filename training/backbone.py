@@ -59,6 +59,7 @@ from training.backbone_config import (  # noqa: F401 (the recipe's names, import
     world_sentences,
 )
 from training.backbone_trainer import BackboneTrainer, MotionTrainer, run_phase
+from training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -84,74 +85,76 @@ def train_backbone(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(config.threads)
-    if first_phase is not None:
-        shutil.copyfile(Path(first_phase) / "tokenizer.json", out / "tokenizer.json")
-        shutil.copyfile(Path(first_phase) / "model.safetensors", out / FIRST_WEIGHTS)
-    else:
-        tokenizer = train_tokenizer(world_sentences(), vocab_size=800, lowercase=True)
-        tokenizer.save(str(out / "tokenizer.json"))
-    work = out / "checkpoint"
-    make_checkpoint(work, preset=PRESET, seed=config.seed, tokenizer=out / "tokenizer.json")
-    backbone = load_backbone(work, device="cpu", dtype="float32")
-    log = open(out / "train_log.jsonl", "a")
-    if (out / FIRST_WEIGHTS).exists():  # given, or trained by an earlier run of this command
-        backbone.model.load_state_dict(load_file(str(out / FIRST_WEIGHTS)))
-        record = first_phase_record(Path(first_phase) if first_phase is not None else out)
-    else:
+    with torch_threads(config.threads):
+        if first_phase is not None:
+            shutil.copyfile(Path(first_phase) / "tokenizer.json", out / "tokenizer.json")
+            shutil.copyfile(Path(first_phase) / "model.safetensors", out / FIRST_WEIGHTS)
+        else:
+            tokenizer = train_tokenizer(world_sentences(), vocab_size=800, lowercase=True)
+            tokenizer.save(str(out / "tokenizer.json"))
+        work = out / "checkpoint"
+        make_checkpoint(work, preset=PRESET, seed=config.seed, tokenizer=out / "tokenizer.json")
+        backbone = load_backbone(work, device="cpu", dtype="float32")
+        log = open(out / "train_log.jsonl", "a")
+        if (out / FIRST_WEIGHTS).exists():  # given, or trained by an earlier run of this command
+            backbone.model.load_state_dict(load_file(str(out / FIRST_WEIGHTS)))
+            record = first_phase_record(Path(first_phase) if first_phase is not None else out)
+        else:
 
-        def first_eval(step: int) -> dict:
-            checks = frame_check(backbone, trials=1)
-            return (
-                {**checks, **video_check(backbone)} if step >= config.frame_phase * config.steps else checks
-            )
+            def first_eval(step: int) -> dict:
+                checks = frame_check(backbone, trials=1)
+                return (
+                    {**checks, **video_check(backbone)}
+                    if step >= config.frame_phase * config.steps
+                    else checks
+                )
 
-        evals, minutes = run_phase(BackboneTrainer(backbone, config), out / "state.pt", config.steps,
-                                    config.eval_every, first_eval, log, desc="train tiny-world", progress=progress)  # fmt: skip
+            evals, minutes = run_phase(BackboneTrainer(backbone, config), out / "state.pt", config.steps,
+                                        config.eval_every, first_eval, log, desc="train tiny-world", progress=progress)  # fmt: skip
+            state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
+            save_file(state, str(out / FIRST_WEIGHTS))
+            record = {"train_minutes": round(minutes, 1), "evals": evals}
+            (out / "first_phase.json").write_text(json.dumps(record, indent=2) + "\n")
+        phase = config.motion
+        evals, minutes = [], 0.0
+        if phase.steps:  # the motion phase (off by default: backbone_config.MotionPhaseConfig)
+            evals, minutes = run_phase(
+                MotionTrainer(backbone, config), out / "state-motion.pt", phase.steps, phase.eval_every,
+                lambda step: {**frame_check(backbone, trials=1), **video_check(backbone),
+                              **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip
+                log, desc="motion phase", progress=progress,
+            )  # fmt: skip
+        recipe_evals, recipe_minutes = [], 0.0
+        if config.motion_recipe.steps:  # the third phase (off by default): training.motion_recipe
+            from training.motion_recipe import run_recipe
+
+            recipe_evals, recipe_minutes = run_recipe(backbone, work, config.motion_recipe, out, log,
+                                                      progress=progress, checks=lambda: video_check(backbone))  # fmt: skip
         state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
-        save_file(state, str(out / FIRST_WEIGHTS))
-        record = {"train_minutes": round(minutes, 1), "evals": evals}
-        (out / "first_phase.json").write_text(json.dumps(record, indent=2) + "\n")
-    phase = config.motion
-    evals, minutes = [], 0.0
-    if phase.steps:  # the motion phase (off by default: backbone_config.MotionPhaseConfig)
-        evals, minutes = run_phase(
-            MotionTrainer(backbone, config), out / "state-motion.pt", phase.steps, phase.eval_every,
-            lambda step: {**frame_check(backbone, trials=1), **video_check(backbone),
-                          **motion_check(backbone, pair_s=phase.pair_s)},  # fmt: skip
-            log, desc="motion phase", progress=progress,
-        )  # fmt: skip
-    recipe_evals, recipe_minutes = [], 0.0
-    if config.motion_recipe.steps:  # the third phase (off by default): training.motion_recipe
-        from training.motion_recipe import run_recipe
-
-        recipe_evals, recipe_minutes = run_recipe(backbone, work, config.motion_recipe, out, log,
-                                                  progress=progress, checks=lambda: video_check(backbone))  # fmt: skip
-    state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
-    save_file(state, str(out / "model.safetensors"))
-    backbone.model.eval()
-    final = {
-        **frame_check(backbone, trials=3),
-        **video_check(backbone),
-        **motion_check(backbone, pair_s=phase.pair_s),
-    }
-    recipe = {
-        "preset": PRESET,
-        "config": asdict(config),
-        "recipe_hash": recipe_hash(config),
-        "train_minutes": round(record["train_minutes"] + minutes + recipe_minutes, 1),
-        "torch": torch.__version__,
-        "threads": config.threads,
-        "final": final,
-        "phases": {
-            "first": record,
-            "motion": {"train_minutes": round(minutes, 1), "evals": evals},
-            "motion_recipe": {"train_minutes": round(recipe_minutes, 1), "evals": recipe_evals},
-        },
-    }
-    (out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
-    logger.info("tiny-world backbone trained in %.1f min: %s", recipe["train_minutes"], final)
-    return out
+        save_file(state, str(out / "model.safetensors"))
+        backbone.model.eval()
+        final = {
+            **frame_check(backbone, trials=3),
+            **video_check(backbone),
+            **motion_check(backbone, pair_s=phase.pair_s),
+        }
+        recipe = {
+            "preset": PRESET,
+            "config": asdict(config),
+            "recipe_hash": recipe_hash(config),
+            "train_minutes": round(record["train_minutes"] + minutes + recipe_minutes, 1),
+            "torch": torch.__version__,
+            "threads": config.threads,
+            "final": final,
+            "phases": {
+                "first": record,
+                "motion": {"train_minutes": round(minutes, 1), "evals": evals},
+                "motion_recipe": {"train_minutes": round(recipe_minutes, 1), "evals": recipe_evals},
+            },
+        }
+        (out / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+        logger.info("tiny-world backbone trained in %.1f min: %s", recipe["train_minutes"], final)
+        return out
 
 
 def first_phase_record(directory: Path) -> dict:

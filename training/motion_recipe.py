@@ -60,6 +60,7 @@ import torch
 import torch.nn.functional as F
 
 from training.backbone_config import TRAINABLE, MotionRecipe
+from training.threads import torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -389,30 +390,30 @@ def train_motion(
     from models.checkpoint import make_checkpoint
     from training.backbone_config import PRESET
 
-    torch.set_num_threads(recipe.threads)
-    torch.manual_seed(recipe.seed)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(first_phase / "tokenizer.json", out / "tokenizer.json")
-    work = make_checkpoint(out / "checkpoint", preset=PRESET, seed=0, weights=first_phase / "model.safetensors",
-                           tokenizer=out / "tokenizer.json")  # fmt: skip
-    backbone = load_backbone(work, device="cpu", dtype="float32")
-    start = out / "start.json"  # the checks on the starting weights, kept across a resumption
-    with open(out / "train_log.jsonl", "a") as log:
-        evals, minutes = run_recipe(backbone, work, recipe, out, log, progress=progress, start=start)
-    state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
-    save_file(state, str(out / "model.safetensors"))
-    shutil.rmtree(work, ignore_errors=True)
-    evals = [json.loads(start.read_text()), *evals]
-    record = {
-        "recipe": asdict(recipe),
-        "first_phase": first_phase.name,
-        "train_minutes": round(minutes, 1),
-        "torch": torch.__version__,
-        "evals": evals,
-        "final": evals[-1],
-    }
-    (out / "motion_recipe.json").write_text(json.dumps(record, indent=1) + "\n")
-    return record
+    with torch_threads(recipe.threads):
+        torch.manual_seed(recipe.seed)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(first_phase / "tokenizer.json", out / "tokenizer.json")
+        work = make_checkpoint(out / "checkpoint", preset=PRESET, seed=0, weights=first_phase / "model.safetensors",
+                               tokenizer=out / "tokenizer.json")  # fmt: skip
+        backbone = load_backbone(work, device="cpu", dtype="float32")
+        start = out / "start.json"  # the checks on the starting weights, kept across a resumption
+        with open(out / "train_log.jsonl", "a") as log:
+            evals, minutes = run_recipe(backbone, work, recipe, out, log, progress=progress, start=start)
+        state = {k: v.detach().contiguous() for k, v in backbone.model.state_dict().items()}
+        save_file(state, str(out / "model.safetensors"))
+        shutil.rmtree(work, ignore_errors=True)
+        evals = [json.loads(start.read_text()), *evals]
+        record = {
+            "recipe": asdict(recipe),
+            "first_phase": first_phase.name,
+            "train_minutes": round(minutes, 1),
+            "torch": torch.__version__,
+            "evals": evals,
+            "final": evals[-1],
+        }
+        (out / "motion_recipe.json").write_text(json.dumps(record, indent=1) + "\n")
+        return record
 
 
 HELP = {

@@ -89,19 +89,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from training.threads import torch_threads
+
+    with torch_threads(args.threads):  # given back after the run (a caller in the same process keeps its own)
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     import dataclasses
     import json
     import time
     from pathlib import Path
-
-    import torch
 
     from training.moment_data import attach_words, describe
     from training.moment_head import MomentRecipe, evaluate, moment_splits, save, train_head, train_router
     from training.order_mix import composed_split
     from training.selection_query import LINEAR_RECIPE, SelectionRecipe
 
-    torch.set_num_threads(args.threads)
     selection_recipe = LINEAR_RECIPE if args.linear_selection else SelectionRecipe()
     if args.selection_only:
         return _refit_selection(args, selection_recipe)

@@ -96,11 +96,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from training.threads import torch_threads
+
+    with torch_threads(args.threads):  # given back after the run (a caller in the same process keeps its own)
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     import tempfile
     import time
     from pathlib import Path
-
-    import torch
 
     from core.errors import ConfigurationError
     from indexer.store.format import IndexMismatchError
@@ -129,7 +134,6 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: --calibrate: {exc}")
             return 2
-    torch.set_num_threads(args.threads)
     work = Path(args.workdir or Path(tempfile.gettempdir()) / "qaslr-time-head")
     work.mkdir(parents=True, exist_ok=True)
     if args.model:
