@@ -316,7 +316,7 @@ class Cascade:
             request.events = state.events  # embedded before stage 1 (None: the time tier embeds them)
             frame = list(hits)
             return self._keep_time_unless_shown(
-                state, frame, self.time_tier.run(request, hits, signals.time_plan)
+                state, frame, self.time_tier.run(request, hits, signals.time_plan), request=request
             )
         if route.tier == ORDER:
             return self._order(state, request, hits, signals.order_plan)
@@ -384,7 +384,7 @@ class Cascade:
             hit.score += self.order_event_weight * shows[hit.video_id]
         scored = sorted(by_head, key=lambda h: (-h.score, h.stage1_rank))
         ranked = scored + [h for h in ranked if h.tier != name]
-        return self._keep_time_unless_shown(state, frame, ranked, ORDER_READER)
+        return self._keep_time_unless_shown(state, frame, ranked, ORDER_READER, request)
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
         """Each candidate the head read scores s = q · z_T + ``selection_weight`` · max_c q_sel · f_c +
@@ -417,12 +417,18 @@ class Cascade:
         return group + ranked[m:]
 
     def _keep_time_unless_shown(
-        self, state: SearchState, frame: list[Hit], ranked: list[Hit], reader: EventReader = TIME_READER
-    ) -> list[Hit]:
+        self, state: SearchState, frame: list[Hit], ranked: list[Hit], reader: EventReader = TIME_READER,
+        request: TierRequest | None = None,
+    ) -> list[Hit]:  # fmt: skip
         """The ranking of a query's events (``reader`` read them: the time head, or the streaming head for an
         order) stands where its first is the frame tier's, or shows what the parse read
         (:meth:`time_first_stands`, its second rule only for a calibrated reader); else the frame tier's order
-        stands (the parse may have misread the sentence), and the answer says so."""
+        stands (the parse may have misread the sentence), and the answer says so. That order is the frame
+        tier's over q's own shortlist where stage 1 took the events' rankings in turn (``state.plain_hits``,
+        scored with ``request``): the answer the query gets were it not read as about time. Over the widened
+        shortlist a video only the misread events brought in could come first ("a white triangle appears
+        following the intro": a blue bar's video, 0.530 against the white triangle's 0.522), and q's own
+        first be missing ("a cyan bar, and then nothing else happens": q's sixth by stage 1)."""
         state.time_read_by = reader
         if not ranked or ranked[0] is frame[0] or self.weakest_event is None:
             return ranked
@@ -433,6 +439,9 @@ class Cascade:
         state.outcome.route += (
             f"; {reader.name}'s first does not show every event it read: the frame tier's order stands"
         )
+        if request is not None and state.plain_hits is not None:
+            frame = self.frame_tier.run(request, state.plain_hits)
+            state.outcome.route += " (over the query's own shortlist)"
         state.outcome.rerank_embedder = None
         state.time_reverted = True
         for hit in frame:

@@ -93,11 +93,17 @@ class Stage1:
             with self._faiss_lock:
                 found = self.index.search(state.q_np, k, allowed_ids=state.allowed)[0]
                 if state.select_q is not None:
+                    state.plain_hits = self._window(state, found)
                     found = self._in_turn(state, found, k)
         state.outcome.more = len(found) > p.offset + p.shortlist
         state.shown = [v for v, _ in found[: p.offset]]
+        state.hits = self._window(state, found)
+
+    def _window(self, state: SearchState, found: list) -> list[Hit]:
+        """This page's window of the ranking ``found`` ((video, score under q) pairs) as hits."""
+        p = state.params
         window = list(enumerate(found, start=1))[p.offset : p.offset + p.shortlist]
-        state.hits = [
+        return [
             Hit(
                 video_id=v,
                 score=float(s),

@@ -51,6 +51,10 @@ class SearchState:
     # ... and whether stage 1 also ranked every video by their weakest event's best bank frame (whether
     # it shows every event at all; where the frame scan serves)
     event_frames: bool = False
+    # ... and q's own window of its FAISS ranking (where stage 1 took other rankings in turn): the shortlist
+    # the frame tier would rank were the query not read as about time, which a reading that does not stand
+    # falls back to (engine.search.cascade.Cascade._keep_time_unless_shown)
+    plain_hits: list[Hit] | None = None
     # what the query's words ask about time (engine.search.cascade.Cascade.time_asked: models.time_query's
     # order or count, None for none), parsed once: whether it has been, and what it asks ...
     time_asked_read: bool = False

@@ -174,3 +174,34 @@ def test_the_time_heads_first_stands_where_it_shows_the_events_or_its_confidence
             ("frame", 0.8, None),
             ("frame", 0.7, None),
         ]
+
+
+def test_a_reading_that_does_not_stand_falls_back_to_the_frame_tiers_order_over_the_querys_own_shortlist():
+    """Cascade._keep_time_unless_shown where stage 1 took the events' rankings in turn: the frame tier's
+    order it falls back to is over q's own shortlist (``state.plain_hits``), not the widened one, where a
+    video only the misread events brought in stood first and q's own first was missing."""
+    from types import SimpleNamespace
+
+    from engine.results import Hit
+    from engine.search.cascade import Cascade
+
+    def rank(request, hits):  # the frame tier's order: by frame score (here given, not from banks)
+        for hit in hits:
+            hit.score, hit.tier = hit.frame_score, "frame"
+        return sorted(hits, key=lambda h: -h.frame_score)
+
+    frame_tier = SimpleNamespace(name="frame", run=rank)
+    cascade = Cascade(frame_tier, SimpleNamespace(name="head"), weakest_event=lambda h: 0.1)
+    brought_in = Hit("events-only", 0.5, 0.0, 2, tier="frame", frame_score=0.53)
+    widened = [brought_in, Hit("q-second", 0.4, 0.0, 1, tier="frame", frame_score=0.52)]
+    read = [Hit("time-first", 0.9, 0.0, 3, tier="time", frame_score=0.2), *widened]
+    plain = [Hit("q-second", 0.4, 0.0, 2, frame_score=0.52), Hit("q-first", 0.6, 0.0, 1, frame_score=0.55)]
+    state = SimpleNamespace(outcome=SimpleNamespace(route="order", rerank_embedder="time"), plain_hits=plain)
+    out = cascade._keep_time_unless_shown(state, widened, read, request=object())
+    assert [h.video_id for h in out] == ["q-first", "q-second"]
+    assert state.time_reverted and state.outcome.route.endswith("(over the query's own shortlist)")
+    state.plain_hits = None  # stage 1 took q's ranking alone: the frame tier's order over it
+    assert [h.video_id for h in cascade._keep_time_unless_shown(state, widened, read, request=object())] == [
+        "events-only",
+        "q-second",
+    ]

@@ -37,16 +37,24 @@ NATURAL = (
     "{a} {name} shows up before long",
     "{a} {name} you will see twice as clearly",
 )
+# ... and in the phrasings the parser learned to read as an order since ("B following the A", "A is
+# followed by B", "B later than A"), each about every single event of the collection
+NEWLY_READ = (
+    "{a} {name} appears following the intro",
+    "{a} {name} is followed by a long grey stretch",
+    "{a} {name} shows up later than the title",
+)
 
 
 def natural_queries(names: list[str]) -> list[tuple[str, str]]:
     """The 30 ordinary sentences (NATURAL twice), each about the next event of ``names`` in turn: (the
     event, the sentence)."""
-    out = []
-    for i, template in enumerate(NATURAL * 2):
-        name = names[i % len(names)]
-        out.append((name, template.format(a="an" if name[0] in "aeiou" else "a", name=name)))
-    return out
+    return [(names[i % len(names)], about(t, names[i % len(names)])) for i, t in enumerate(NATURAL * 2)]
+
+
+def about(template: str, name: str) -> str:
+    """``template`` about the event ``name`` ("a red square", "an orange bar")."""
+    return template.format(a="an" if name[0] in "aeiou" else "a", name=name)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +101,8 @@ def test_each_pair_goes_to_the_time_head_and_the_answer_says_why(collection):
 
 def test_an_order_phrased_another_way_gets_the_same_answer(collection):
     """Rephrased ("A and afterwards B", "A, next B", "A, and B later on", "B, preceded by A", "B, following
-    A"), an order is read by the time head as the world's own phrasing is, and ranks the pair alike
-    (before, the time head did not read them: on development seeds 0, 4 and 5 the right video of its
+    A", "B following A", "A is followed by B", "A prior to B", "B later than A"), an order is read by the
+    time head as the world's own phrasing is, and ranks the pair alike (before, the time head did not read them: on development seeds 0, 4 and 5 the right video of its
     mirror pair first for 15-19 of 30)."""
     from models.time_query import parse_time_query
 
@@ -107,12 +115,42 @@ def test_an_order_phrased_another_way_gets_the_same_answer(collection):
         group = {"filter": {"group": truth[right].group}, "top_k": 2}
         canonical = engine.search_sync({"query": query, **group})
         for text in (f"{first} and afterwards {second}", f"{first}, next {second}", f"{first}, and {second} later on",
-                     f"{second}, preceded by {bare}", f"{second}, following {bare}"):  # fmt: skip
+                     f"{second}, preceded by {bare}", f"{second}, following {bare}", f"{second} following {bare}",
+                     f"{bare} is followed by {second}", f"{first} prior to {second}",
+                     f"{second} later than {bare}"):  # fmt: skip
             out = engine.search_sync({"query": text, **group})
             assert out.route.startswith("a query about order or count"), (text, out.route)
             assert [h.video_id for h in out.hits] == [h.video_id for h in canonical.hits], (text, out.route)
             checked += 1
-    assert checked == 5 * len(corpus.queries("order")) > 0
+    assert checked == 9 * len(corpus.queries("order")) > 0
+
+
+def test_a_count_phrased_another_way_gets_the_same_answer(collection):
+    """ "A two separate times", "A on two occasions" (and three): read as the world's "A twice" / "A three
+    times" is, the same ranking within the pair (before, they were searched as plain descriptions)."""
+    from models.time_query import parse_time_query
+
+    corpus, engine = collection
+    truth = corpus.by_id()
+    words = {2: "two", 3: "three"}
+    checked = 0
+    for query, right in corpus.queries("count"):
+        asked = parse_time_query(query)
+        if asked.count not in words:
+            continue
+        (event,) = asked.events
+        group = {"filter": {"group": truth[right].group}, "top_k": 2}
+        canonical = engine.search_sync({"query": query, **group})
+        for text in (
+            f"{event} {words[asked.count]} separate times",
+            f"{event} on {words[asked.count]} occasions",
+        ):
+            out = engine.search_sync({"query": text, **group})
+            # read alike by the time head (stage 1 may differ: the router reads the whole sentence)
+            assert out.route.startswith(canonical.route.split(";")[0]), (text, out.route)
+            assert [h.video_id for h in out.hits] == [h.video_id for h in canonical.hits], (text, out.route)
+            checked += 1
+    assert checked >= 4
 
 
 def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_better_one(collection):
@@ -120,19 +158,23 @@ def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_bet
     truth = corpus.by_id()
     singles = [v for v in corpus.videos if v.kind == "single"]
     checked = reverted = 0
-    for name, query in natural_queries([v.events[0][0] for v in singles]):
+    names = [v.events[0][0] for v in singles]
+    newly_read = [(name, about(template, name)) for template in NEWLY_READ for name in names]
+    for name, query in natural_queries(names) + newly_read:
         frames = engine.search_sync({"query": query, "mode": "frames", "top_k": 3})
         default = engine.search_sync({"query": query, "top_k": 3})
         event = Meaning("event", (name,))
-        top, frame_top = default.hits[0].video_id, frames.hits[0].video_id
-        assert top == frame_top or event.true_of(truth[top]), (query, default.route)
+        top = default.hits[0].video_id
+        # the frame tier's first (or one tied with it), or a video that shows the event
+        tied = {h.video_id for h in frames.hits if h.score == pytest.approx(frames.hits[0].score, abs=1e-6)}
+        assert top in tied or event.true_of(truth[top]), (query, default.route)
         if "the time head's first does not show every event" in default.route:  # and the warning says why
             assert any("the time head read it, but its first" in w for w in default.warnings), (
                 default.warnings
             )
             reverted += 1
         checked += 1
-    assert checked == 30 and reverted
+    assert checked == 30 + len(NEWLY_READ) * len(names) and reverted
 
 
 def test_single_event_queries_stay_on_the_frame_tier(collection):
