@@ -384,7 +384,7 @@ class Cascade:
             hit.score += self.order_event_weight * shows[hit.video_id]
         scored = sorted(by_head, key=lambda h: (-h.score, h.stage1_rank))
         ranked = scored + [h for h in ranked if h.tier != name]
-        return self._keep_time_unless_shown(state, frame, ranked, ORDER_READER, request)
+        return self._keep_time_unless_shown(state, frame, ranked, ORDER_READER, request=request)
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
         """Each candidate the head read scores s = q · z_T + ``selection_weight`` · max_c q_sel · f_c +
@@ -417,7 +417,7 @@ class Cascade:
         return group + ranked[m:]
 
     def _keep_time_unless_shown(
-        self, state: SearchState, frame: list[Hit], ranked: list[Hit], reader: EventReader = TIME_READER,
+        self, state: SearchState, frame: list[Hit], ranked: list[Hit], reader: EventReader = TIME_READER, *,
         request: TierRequest | None = None,
     ) -> list[Hit]:  # fmt: skip
         """The ranking of a query's events (``reader`` read them: the time head, or the streaming head for an
