@@ -80,6 +80,15 @@ from models.time_query import parse_time_query
 __all__ = ["ORDER_READER", "TIME_READER", "Cascade", "CascadePolicy", "EventReader", "Route", "Signals"]
 
 HEAVY, TIME, ORDER = "heavy", "time", "order"  # the routes past the frame tier
+# what an answer the streaming head ranked for a query about time (the router's route) says of its relevance:
+# the head has no per-video confidence that a change shows as asked (neither its q · z_T nor Eq. 11's share
+# among the candidates it read separates the right video from a static or absent one: docs/architecture.md,
+# Relevance), and q's own best frame lies far from a motion's stills
+RELEVANCE_OF_STILLS = (
+    "the streaming head ranked the candidates it read by how their moments change; `relevance` is each one's "
+    "best still frame under the query and does not measure the change, so a right video may read low "
+    "(min_score filters on it)"
+)
 
 
 @dataclass(frozen=True)
@@ -328,7 +337,12 @@ class Cascade:
             ranked = self._heavy(state, request, hits, m)
             if signals.selection is not None and (self.selection_weight or self.frame_weight):
                 ranked = self._with_frame_evidence(ranked, shows)
-            return self._keep_unless_stronger(state, hits, ranked, m) if signals.about_time else ranked
+            if not signals.about_time:
+                return ranked
+            ranked = self._keep_unless_stronger(state, hits, ranked, m)
+            if ranked and ranked[0].tier == self.reranker.name:  # its order stood: say what relevance reads
+                state.outcome.warnings.append(RELEVANCE_OF_STILLS)
+            return ranked
         return hits
 
     def _embed_events(self, state: SearchState, plan) -> tuple[tuple[str, ...], object]:

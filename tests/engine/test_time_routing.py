@@ -177,6 +177,30 @@ def test_ordinary_sentences_with_time_words_keep_the_frame_tiers_answer_or_a_bet
     assert checked == 30 + len(NEWLY_READ) * len(names) and reverted
 
 
+def test_an_answer_the_head_ranked_for_a_query_about_time_says_what_its_relevance_reads(collection):
+    """Where the streaming head's order stands for a query its router calls about time, the answer warns
+    that ``relevance`` reads still frames (engine.search.cascade.RELEVANCE_OF_STILLS): the two videos of a
+    reversal pair show the same frames and read alike, however the head ranked them. Answers the frame
+    tier ranked say nothing of it."""
+    from engine.search.cascade import RELEVANCE_OF_STILLS
+
+    corpus, engine = collection
+    truth = corpus.by_id()
+    warned = 0
+    for query, right in corpus.queries("motion"):
+        out = engine.search_sync({"query": query, "filter": {"group": truth[right].group}, "top_k": 2})
+        if out.hits[0].tier == "head":
+            assert RELEVANCE_OF_STILLS in out.warnings, (query, out.route)
+            first, second = out.hits
+            assert first.relevance == pytest.approx(second.relevance, abs=0.1)  # the same frames
+            warned += 1
+        else:
+            assert RELEVANCE_OF_STILLS not in out.warnings, (query, out.route)
+    assert warned  # the router sent some motion query to the head
+    for query, _ in corpus.queries("single"):
+        assert RELEVANCE_OF_STILLS not in engine.search_sync({"query": query, "top_k": 3}).warnings
+
+
 def test_single_event_queries_stay_on_the_frame_tier(collection):
     corpus, engine = collection
     for query, right in corpus.queries("single"):
