@@ -340,7 +340,8 @@ class Cascade:
             if not signals.about_time:
                 return ranked
             ranked = self._keep_unless_stronger(state, hits, ranked, m)
-            if ranked and ranked[0].tier == self.reranker.name:  # its order stood: say what relevance reads
+            called = signals.about_time >= signals.router_threshold  # the router called it about time
+            if called and ranked and ranked[0].tier == self.reranker.name:  # and the head's order stood
                 state.outcome.warnings.append(RELEVANCE_OF_STILLS)
             return ranked
         return hits

@@ -197,8 +197,15 @@ def test_an_answer_the_head_ranked_for_a_query_about_time_says_what_its_relevanc
         else:
             assert RELEVANCE_OF_STILLS not in out.warnings, (query, out.route)
     assert warned  # the router sent some motion query to the head
-    for query, _ in corpus.queries("single"):
+    router = engine.searcher.cascade.router
+    for query, right in corpus.queries("single"):
         assert RELEVANCE_OF_STILLS not in engine.search_sync({"query": query, "top_k": 3}).warnings
+        # alone in its shortlist (a filter), a candidate goes to the heavy tier ("too close to call"): the
+        # warning only where the router called the query about time
+        alone = engine.search_sync({"query": query, "filter": {"title": {"in": [truth[right].events[0][0]]}}})
+        assert [h.video_id for h in alone.hits] == [right], alone.route
+        called = router.probability(engine.encoder.embed_queries([query]).float()[0]) >= router.threshold
+        assert (RELEVANCE_OF_STILLS in alone.warnings) == called, (query, alone.route)
 
 
 def test_single_event_queries_stay_on_the_frame_tier(collection):
