@@ -123,6 +123,11 @@ class Signals:
     # per hit, in the frame tier's order: its frame score under the router's selection query (None: q's)
     selection: tuple[float, ...] | None = None
 
+    @property
+    def called_about_time(self) -> bool:
+        """Whether the router calls the query about time (its probability reaches its threshold)."""
+        return self.about_time is not None and self.about_time >= self.router_threshold
+
 
 @dataclass(frozen=True)
 class Route:
@@ -145,7 +150,7 @@ class CascadePolicy:
             return Route(ORDER, shortlist, why=why)
         if s.time_plan is not None:  # where it reads a query, the time head measurably wins
             return Route(TIME, shortlist, why="a query about order or count (the time head's reading)")
-        if s.moments and s.about_time is not None and s.about_time >= s.router_threshold and s.ties >= 2:
+        if s.moments and s.called_about_time and s.ties >= 2:
             read = (f"{s.ties} candidates whose frames under the query's selection query it could not tell apart, "
                     "and the frame tier's first" if s.selection is not None
                     else f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
@@ -340,8 +345,8 @@ class Cascade:
             if not signals.about_time:
                 return ranked
             ranked = self._keep_unless_stronger(state, hits, ranked, m)
-            called = signals.about_time >= signals.router_threshold  # the router called it about time
-            if called and ranked and ranked[0].tier == self.reranker.name:  # and the head's order stood
+            # the router called it about time and the head's order stood: say what relevance reads
+            if signals.called_about_time and ranked and ranked[0].tier == self.reranker.name:
                 state.outcome.warnings.append(RELEVANCE_OF_STILLS)
             return ranked
         return hits
