@@ -12,6 +12,7 @@ benchmark command that the page names beside each table:
     docs/bench/time_head_recipe.json benchmarks/bench_time_head.py --json ... (its Table 6, its early exit)
     docs/bench/moment_head.json     benchmarks/bench_moment_head.py --json ... (the rerank head's Tables 5, 6)
     docs/bench/rerank_head.json     benchmarks/bench_quality.py --rerank-head ... (the rerank head served)
+    docs/bench/rerank_head_LO_HI.json the same with --min-s LO --max-s HI (shorter videos, held out)
     docs/bench/order_route.json     benchmarks/bench_quality.py --rerank-head NAME=DIR ... (the order route, dev seeds)
     docs/bench/backbone_motion*.json benchmarks/bench_backbone.py OTHER --json ... (a motion recipe's weights)
     docs/bench/faiss_types_1m.json  benchmarks/bench_faiss_types.py --json ... (stage 1 at 1M vectors)
@@ -45,11 +46,15 @@ from results_cold import (
 )
 from results_format import cell_text, environment_line, mean_std, mode_names
 from results_time import (
+    SHORTER_ROWS,
     backbone_section,
     moment_head_section,
     order_route_intro,
     served_intro,
     served_rows,
+    shorter_intro,
+    shorter_readme_lead,
+    shorter_title,
     time_intro,
     time_recipe_section,
     time_table_lead,
@@ -117,6 +122,12 @@ README_COLUMNS = (
 def _load(name: str) -> dict | None:
     path = BENCH / name
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def _shorter() -> list[dict]:
+    """The served rerank head's runs on shorter videos (rerank_head_LO_HI.json), the longest first."""
+    runs = [_load(path.name) for path in BENCH.glob("rerank_head_*.json")]
+    return sorted(runs, key=lambda d: -float(d.get("args", {}).get("min_s", 0)))
 
 
 def _builds_table(data: dict) -> list[str]:
@@ -417,6 +428,9 @@ def results_page() -> str:
         intro = served_intro(served)
         out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", _time_columns(served),
                                intro + time_intro(served))  # fmt: skip
+    for short in _shorter():
+        out += quality_section(short, shorter_title(short), _time_columns(short),
+                               shorter_intro(short) + time_intro(short))  # fmt: skip
     order = _load("order_route.json")
     if order:
         out += quality_section(order, "Order read by the rerank head that reads the query's words (development seeds)",
@@ -534,6 +548,8 @@ def readme_block() -> str:
     if timed:
         more += ["", time_table_lead(timed.get("args", {}), bool(served)), "",
                  *_quality_table(timed, _time_columns(timed), served_rows(timed) if served else None)]  # fmt: skip
+    for short in _shorter():
+        more += ["", shorter_readme_lead(short), "", *_quality_table(short, _time_columns(short), SHORTER_ROWS)]  # fmt: skip
     return "\n".join(
         [
             START,
