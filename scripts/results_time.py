@@ -224,11 +224,15 @@ def served_intro(served: dict) -> list[str]:
     ]
 
 
+def _lengths(data: dict) -> str:
+    """A run's video lengths, "LO-HI" seconds (bench_quality's --min-s, --max-s)."""
+    args = data.get("args", {})
+    return f"{float(args.get('min_s', 120)):.0f}-{float(args.get('max_s', 300)):.0f}"
+
+
 def shorter_title(data: dict) -> str:
     """The title of a served-head run on other lengths than rerank_head.json's (rerank_head_LO_HI.json)."""
-    args = data.get("args", {})
-    lo, hi = float(args.get("min_s", 120)), float(args.get("max_s", 300))
-    return f"Queries about time with the QASLR rerank head on {lo:.0f}-{hi:.0f} s videos (held out)"
+    return f"Queries about time with the QASLR rerank head on {_lengths(data)} s videos (held out)"
 
 
 def shorter_intro(data: dict) -> list[str]:
@@ -236,8 +240,8 @@ def shorter_intro(data: dict) -> list[str]:
     min and the demo's 1-2 min, but the serving constants were chosen on 2-5 min collections."""
     return [
         'The measurement of "Queries about time with the QASLR rerank head (held out)" (the same checkpoint, its '
-        "heads and serving constants, seeds that chose nothing; 8 single-event videos a seed, 12 there) on shorter "
-        "videos: the shapes world's videos last 5 s to 20 min, the demo renders 1-2 min, and every constant was "
+        f"heads and serving constants, seeds that chose nothing; {data.get('args', {}).get('videos')} single-event "
+        "videos a seed) on shorter videos: the shapes world's videos last 5 s to 20 min, the demo renders 1-2 min, and every constant was "
         "chosen on 2-5 min collections. Nothing was chosen on these lengths (training/tiny_world/README.md, "
         '"Shorter videos", says what the development seeds showed at them).',
         "",
@@ -256,11 +260,10 @@ SHORTER_ROWS = (
 
 def shorter_readme_lead(data: dict) -> str:
     """The README's sentence before a shorter-video run's rows."""
-    args = data.get("args", {})
-    lo, hi = float(args.get("min_s", 120)), float(args.get("max_s", 300))
+    seeds = ", ".join(str(s) for s in data.get("args", {}).get("seeds", []))
     return (
-        f"The same queries about time on {lo:.0f}-{hi:.0f} s videos (held out, seeds "
-        f"{', '.join(str(s) for s in args.get('seeds', []))}; every constant was chosen at 2-5 min; docs/results.md):"
+        f"The same queries about time on {_lengths(data)} s videos (held out, seeds {seeds}; every constant was "
+        "chosen at 2-5 min; docs/results.md):"
     )
 
 
