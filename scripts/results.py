@@ -46,6 +46,7 @@ from results_cold import (
 )
 from results_format import cell_text, environment_line, mean_std, mode_names
 from results_time import (
+    SERVED_TITLE,
     SHORTER_ROWS,
     backbone_section,
     moment_head_section,
@@ -426,7 +427,7 @@ def results_page() -> str:
     served = _load("rerank_head.json")
     if served:
         intro = served_intro(served)
-        out += quality_section(served, "Queries about time with the QASLR rerank head (held out)", _time_columns(served),
+        out += quality_section(served, f"{SERVED_TITLE} (held out)", _time_columns(served),
                                intro + time_intro(served))  # fmt: skip
     for short in _shorter():
         out += quality_section(short, shorter_title(short), _time_columns(short),

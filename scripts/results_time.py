@@ -224,6 +224,10 @@ def served_intro(served: dict) -> list[str]:
     ]
 
 
+# the section of the served rerank head's run (rerank_head.json); the shorter-video runs name theirs after it
+SERVED_TITLE = "Queries about time with the QASLR rerank head"
+
+
 def _lengths(data: dict) -> str:
     """A run's video lengths, "LO-HI" seconds (bench_quality's --min-s, --max-s)."""
     args = data.get("args", {})
@@ -232,14 +236,14 @@ def _lengths(data: dict) -> str:
 
 def shorter_title(data: dict) -> str:
     """The title of a served-head run on other lengths than rerank_head.json's (rerank_head_LO_HI.json)."""
-    return f"Queries about time with the QASLR rerank head on {_lengths(data)} s videos (held out)"
+    return f"{SERVED_TITLE} on {_lengths(data)} s videos (held out)"
 
 
 def shorter_intro(data: dict) -> list[str]:
     """docs/results.md's words before a served-head run on shorter videos: the world's videos last 5 s to 20
     min and the demo's 1-2 min, but the serving constants were chosen on 2-5 min collections."""
     return [
-        'The measurement of "Queries about time with the QASLR rerank head (held out)" (the same checkpoint, its '
+        f'The measurement of "{SERVED_TITLE} (held out)" (the same checkpoint, its '
         f"heads and serving constants, seeds that chose nothing; {data.get('args', {}).get('videos')} single-event "
         "videos a seed) on shorter videos: the shapes world's videos last 5 s to 20 min, the demo renders 1-2 min, and every constant was "
         "chosen on 2-5 min collections. Nothing was chosen on these lengths (training/tiny_world/README.md, "
