@@ -247,16 +247,20 @@ class ModelProcess:
         return self._call("images", [np.ascontiguousarray(f) for f in frames], None)
 
     def _stop(self, timeout_s: float = 5.0) -> None:
-        proc, conn = self._proc, self._conn
+        proc, conn, ready = self._proc, self._conn, self._ready
         self._proc = self._conn = None
         self._ready = False
+        loading = False
         if conn is not None:
             try:
+                loading = not ready and not conn.poll(0)  # no "ready" yet: still importing and loading
                 conn.send(None)
             except (OSError, ValueError):
                 pass
             conn.close()
         if proc is not None:
+            if loading:  # it holds no work, and it would read the None only once loaded (seconds): end it now
+                proc.kill()
             try:
                 proc.wait(timeout_s)
             except subprocess.TimeoutExpired:

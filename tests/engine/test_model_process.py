@@ -166,7 +166,16 @@ def test_searches_through_model_processes_answer_as_searches_in_one_process(
 
 def test_a_model_process_closed_before_it_is_ready_exits_quietly(backbone, tiny_world_checkpoint, capfd):
     proc = ModelProcess(backbone, str(tiny_world_checkpoint)).start()
-    proc.close()  # at once: the child is still loading, and its "ready" meets a closed pipe
-    assert not proc.alive
+    child = proc._proc
+    proc.close()  # at once: the child is still loading, holds no work, and is ended rather than waited for
+    assert not proc.alive and child.returncode == -signal.SIGKILL
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_model_process_closed_once_ready_exits_by_itself(backbone, tiny_world_checkpoint):
+    proc = ModelProcess(backbone, str(tiny_world_checkpoint)).start()
+    child = proc._proc
+    assert proc._conn.poll(300)  # its "ready" has arrived (not yet read)
+    proc.close()
+    assert not proc.alive and child.returncode == 0
