@@ -417,7 +417,8 @@ def one_seed(seed: int, args, model: Path) -> dict:
             # every row names its stage-2 head: a checkpoint's own head is served only as a --rerank-head
             # the serving deadline is not what a benchmark measures: a slow search is timed, not cut off
             settings = {"checkpoint_head": False, "checkpoint_time_head": False, "request_timeout_s": 3600.0,
-                        "oneshot_moments": args.oneshot_moments, **dict(mode.settings)}  # fmt: skip
+                        "oneshot_moments": args.oneshot_moments, "model_processes": args.model_processes,
+                        **dict(mode.settings)}  # fmt: skip
             engine = load_engine(EngineConfig(index=index, model=str(model), head=head,
                                               default_frames=args.frames, **settings))  # fmt: skip
             try:

@@ -297,9 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     from engine import EngineConfig, load_engine
 
     queries = [q for q, _ in corpus.queries("single")]
+    # model_processes=0: every call in this process, as on a GPU (auto starts none there), the CPU rehearsal too
     base = EngineConfig(
         index=index, model=str(model), default_frames=s.frames, default_shortlist=s.shortlist,
-        clip_batch_size=s.clip_batch_size,
+        clip_batch_size=s.clip_batch_size, model_processes=0,
     )  # fmt: skip
     latency: dict = {}
     for label, config, modes in (

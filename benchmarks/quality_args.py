@@ -74,6 +74,11 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--exit-threshold", type=float, nargs="+", default=[0.9], help="gate thresholds eta")
     p.add_argument("--index-head", default=None, help="an indexable head (adds the uniform QASLR row)")
+    p.add_argument(
+        "--model-processes", type=int, default=-1,
+        help="every engine's model processes (engine.config model_processes; -1, the served default: auto); 0 "
+        "runs the backbone in this process, which changes the timings, not the rankings",
+    )  # fmt: skip
     p.add_argument("--model", default=None, help="backbone directory (default: the shipped tiny-world)")
     p.add_argument("--workdir", default=None, help="cache for corpora, checkpoint and indexes")
     p.add_argument("--json", default=None, help="write the results here")

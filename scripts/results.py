@@ -184,7 +184,7 @@ def _command(data: dict, script: str) -> str:
         parts.append("--seeds " + " ".join(str(s) for s in args["seeds"]))
     defaults = quality_defaults()
     for key in ("videos", "time_singles", "motion_pairs", "order_pairs", "count_pairs", "count3_pairs", "min_s",
-                "max_s", "legacy_bank", "oneshot_moments", "model"):  # fmt: skip
+                "max_s", "legacy_bank", "oneshot_moments", "model_processes", "model"):  # fmt: skip
         if key in args and args[key] != defaults[key]:
             flag = "--" + key.replace("_", "-")
             parts.append(f"{flag} {args[key]:g}" if isinstance(args[key], float) else f"{flag} {args[key]}")

@@ -51,7 +51,9 @@ def test_bench_load_measures_every_level_cold_and_warm(tmp_path):
     from benchmarks.bench_load import main
 
     out = tmp_path / "load.json"
-    args = "--videos 2 --min-s 20 --max-s 30 --clients 1 2 --workloads cascade --servers batched".split()
+    # the server with its backbone in one process: three servers start here, and this test is about the
+    # levels, not the model processes (each of which loads torch and the backbone, some 4 s of a core)
+    args = "--videos 2 --min-s 20 --max-s 30 --clients 1 2 --workloads cascade --servers batched-one-process".split()
     args += "--cascade-requests 4 --stage1-requests 2 --cap-s 30".split()
     assert main([*args, "--caches", "both", "--workdir", str(tmp_path / "work"), "--json", str(out)]) == 0
     data = json.loads(out.read_text())
@@ -82,7 +84,7 @@ def test_bench_quality_measures_stage_1_and_the_default_cold_and_warm(tmp_path):
     out = tmp_path / "quality.json"
     args = "--seeds 0 --videos 2 --min-s 20 --max-s 30 --heavy 0 --shortlist 2 --time-head none".split()
     args += "--motion-pairs 0 --order-pairs 0 --count-pairs 0 --count3-pairs 0 --no-checkpoint-head".split()
-    args += ["--workdir", str(tmp_path / "work")]
+    args += ["--model-processes", "0", "--workdir", str(tmp_path / "work")]  # 8 engines: none loads a copy
     assert main([*args, "--json", str(out)]) == 0
     modes = json.loads(out.read_text())["per_seed"]["0"]
     timed = {m for m, row in modes.items() if "cold_p50_ms" in row}

@@ -211,7 +211,7 @@ def test_oneshot_moments_read_the_peak_moment_as_temporal_pairs(
     for moments in (0, 1):
         engine = load_engine(  # one-shot stage 2: not the checkpoint's rerank head
             EngineConfig(index=world_index, model=str(tiny_world_checkpoint), oneshot_moments=moments,
-                         checkpoint_head=False)
+                         checkpoint_head=False, model_processes=0)
         )  # fmt: skip
         try:
             assert engine.info["cascade"]["oneshot_moments"] == moments  # as /readyz says it

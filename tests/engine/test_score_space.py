@@ -101,7 +101,8 @@ def test_a_request_for_more_frames_than_the_head_was_trained_on_is_refused(engin
 def test_a_head_trained_with_another_clip_plan_is_refused_naming_both_plans(index, tiny_checkpoint, tmp_path):
     # K' = 8 in clips of 4 (T_max = 2); this index cuts 8 frames into 4 clips of 2 (T_max = 4)
     head = _head(tmp_path / "head", ClipPlan(frames=8, max_frames=8, clip_len=4, max_evidence=32))
-    config = EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head, default_frames=8)
+    config = EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head, default_frames=8,
+                          model_processes=0)  # fmt: skip
     with pytest.raises(ConfigurationError) as refused:
         load_engine(config)
     message = str(refused.value)
@@ -121,7 +122,9 @@ def test_a_head_saved_before_clip_plans_still_loads_with_a_warning(index, tiny_c
     data.pop("clip_plan", None)  # what save_head wrote before plans were recorded
     config_file.write_text(json.dumps(data))
     with caplog.at_level(logging.WARNING, logger="engine.assembly"):
-        engine = load_engine(EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head))
+        engine = load_engine(
+            EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head, model_processes=0)
+        )
     try:
         assert engine.searcher.reranker.streaming and engine.searcher.head_frames is None
         assert any("records no clip plan" in r.getMessage() for r in caplog.records)

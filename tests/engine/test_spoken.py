@@ -61,7 +61,8 @@ def spoken_engine(spoken_corpus, tiny_world_checkpoint, tmp_path_factory):
     index = build_oneshot_index(
         manifest, tmp_path_factory.mktemp("spoken_index") / "index", tiny_world_checkpoint
     )
-    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint)))
+    # the backbone in this process (model_processes=0): these tests are about what is said, not the runtime
+    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), model_processes=0))
     yield engine
     engine.close()
 
@@ -399,7 +400,7 @@ def test_an_index_whose_cue_tables_are_gone_serves_seen_and_said_quietly(
         for name in ("cues_fts", "cues", "text_tracks"):
             conn.execute(f"DROP TABLE {name}")
     conn.close()
-    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint)))
+    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), model_processes=0))
     try:
         assert engine.searcher.search({"query": "lighthouse", "sources": "said"}).hits == []
         assert len(engine.searcher.search({"query": "lighthouse", "mode": "frames"}).hits) == 1

@@ -65,7 +65,8 @@ def collection(tmp_path_factory, tiny_world_checkpoint):
     root = tmp_path_factory.mktemp("time_routing")
     corpus = make_corpus(root / "corpus", COLLECTION)
     index = build_oneshot_index(corpus.manifest, root / "index", tiny_world_checkpoint)
-    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint)))
+    # the backbone in this process (model_processes=0): the subject is the routing, not the runtime
+    engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), model_processes=0))
     yield corpus, engine
     engine.close()
 

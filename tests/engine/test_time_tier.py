@@ -31,10 +31,12 @@ def pairs(tmp_path_factory, tiny_world_checkpoint):
 
 
 def _engine(index, model, **settings):
-    """An engine without the checkpoint's rerank head (the time head alone answers order and count)."""
+    """An engine without the checkpoint's rerank head (the time head alone answers order and count), its
+    backbone in this process: these tests are about the ranking, not the model processes."""
     from engine import EngineConfig, load_engine
 
-    return load_engine(EngineConfig(index=index, model=str(model), **{"checkpoint_head": False, **settings}))
+    settings = {"checkpoint_head": False, "model_processes": 0, **settings}
+    return load_engine(EngineConfig(index=index, model=str(model), **settings))
 
 
 def _pair_queries(corpus):
