@@ -54,30 +54,22 @@ def searcher_for(
     reuse: VideoEncoder | None = None,
     rerank: RerankModel | None = None,
     batcher: EncodeBatcher | None = None,
+    checked: bool = False,
 ) -> tuple[VideoEncoder, Searcher]:
     """(encoder, Searcher) over ``index``: the encoder that embeds as the index was built, and the
     stage-2 encoder: the rerank head when one is loaded, else the index's head, else one-shot with
-    the configured text conditioning (all with the index's K, L, M and instruction)."""
+    the configured text conditioning (all with the index's K, L, M and instruction). ``checked``: the
+    caller already ran :func:`stage2_head` on this index, config and ``rerank``."""
     from engine.search import Searcher, SearcherConfig
     from indexer.assembly import encoder_for
     from models.streaming import VideoEncoder
 
     encoder = encoder_for(index.manifest, backbone, head, clip_batch_size=config.clip_batch_size, reuse=reuse)
     rerank = rerank or RerankModel()
-    if rerank.source == "checkpoint" and rerank.head is not None:
-        # the checkpoint's own head is a default, not a request: over an index that cuts clips
-        # otherwise it steps aside for one-shot stage 2 (a head named by QASLR_RERANK_HEAD refuses)
-        try:
-            check_clip_plan(
-                rerank.head, config, encoder.config, backbone.temporal_patch, which="checkpoint's head"
-            )
-        except ConfigurationError as exc:
-            logger.warning("not serving the checkpoint's rerank head: %s", exc)
-            rerank.head, rerank.fingerprint, rerank.source = None, None, None
-    stage2_head = rerank.head if rerank.head is not None else encoder.head
-    if stage2_head is not None:
-        which = "rerank head (QASLR_RERANK_HEAD)" if rerank.head is not None else "index's head (QASLR_HEAD)"
-        check_clip_plan(stage2_head, config, encoder.config, backbone.temporal_patch, which=which)
+    if checked:
+        stage2_head = rerank.head if rerank.head is not None else head
+    else:
+        stage2_head = _checked_stage2_head(encoder.config, config, backbone, head, rerank)
     conditioning = None if stage2_head is not None else config.rerank_text_conditioning
     rerank_encoder = VideoEncoder(
         backbone,
@@ -115,6 +107,41 @@ def searcher_for(
         router=rerank.router if stage2_head is rerank.head else None,
     )
     return encoder, searcher
+
+
+def stage2_head(
+    index: IndexReader,
+    config: EngineConfig,
+    backbone: Backbone,
+    head: StreamingHead | None,
+    rerank: RerankModel,
+) -> StreamingHead | None:
+    """The head stage 2 will serve over ``index`` (the rerank head when one is loaded, else the index's
+    ``head``; None: one-shot), its clip plan checked before anything is started for it: a head named by
+    QASLR_RERANK_HEAD (or the index's) trained on another plan is refused (ConfigurationError); the
+    checkpoint's own head, a default rather than a request, steps aside for one-shot stage 2 (``rerank`` is
+    updated to say so)."""
+    streaming = index.manifest.streaming_config(clip_batch_size=config.clip_batch_size)
+    return _checked_stage2_head(streaming, config, backbone, head, rerank)
+
+
+def _checked_stage2_head(streaming, config: EngineConfig, backbone: Backbone, head, rerank: RerankModel):
+    """:func:`stage2_head` against ``streaming``, the index's StreamingConfig."""
+    if rerank.source == "checkpoint" and rerank.head is not None:
+        # the checkpoint's own head is a default, not a request: over an index that cuts clips
+        # otherwise it steps aside for one-shot stage 2 (a head named by QASLR_RERANK_HEAD refuses)
+        try:
+            check_clip_plan(
+                rerank.head, config, streaming, backbone.temporal_patch, which="checkpoint's head"
+            )
+        except ConfigurationError as exc:
+            logger.warning("not serving the checkpoint's rerank head: %s", exc)
+            rerank.head, rerank.fingerprint, rerank.source = None, None, None
+    stage2 = rerank.head if rerank.head is not None else head
+    if stage2 is not None:
+        which = "rerank head (QASLR_RERANK_HEAD)" if rerank.head is not None else "index's head (QASLR_HEAD)"
+        check_clip_plan(stage2, config, streaming, backbone.temporal_patch, which=which)
+    return stage2
 
 
 def serving_clip_plan(config: EngineConfig, streaming) -> ClipPlan:

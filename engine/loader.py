@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from core.config import MIN_RELEVANCE
 from core.errors import ConfigurationError, summarize
 from engine.api import Engine
-from engine.assembly import RerankModel, searcher_for
+from engine.assembly import RerankModel, searcher_for, stage2_head
 from engine.config import EngineConfig
 from engine.runtime import Runtime, make_batcher
 
@@ -139,10 +139,19 @@ def load_engine(config: EngineConfig, *, on_cache_error=None) -> Engine:
             )  # fmt: skip
         cache = make_cache(config, on_error=on_cache_error)
         rerank = load_rerank_model(config, backbone, index_head=loaded.head is not None)
+        # a stage-2 head trained on another clip plan is refused before any model process starts
+        stage2_head(index, config, backbone, loaded.head, rerank)
         runtime = Runtime(config, make_batcher(config, m.clip_len, backbone.device, backbone=backbone))
         try:
             encoder, searcher = searcher_for(
-                index, config, backbone, loaded.head, cache, rerank=rerank, batcher=runtime.batcher
+                index,
+                config,
+                backbone,
+                loaded.head,
+                cache,
+                rerank=rerank,
+                batcher=runtime.batcher,
+                checked=True,
             )
         except BaseException:
             runtime.close()

@@ -115,6 +115,33 @@ def test_a_head_trained_with_another_clip_plan_is_refused_naming_both_plans(inde
         load_engine(config.replace(rerank_head=matching, default_frames=6))
 
 
+def test_a_refused_head_starts_no_model_process(index, tiny_checkpoint, tmp_path, monkeypatch):
+    """The clip plan is checked before the runtime starts: a configuration refused for it spawns no
+    model process (each would import torch and load the backbone, only to be killed)."""
+    import engine.runtime.model_process as model_process
+
+    started = []
+    real = model_process.start_model_processes
+
+    def recording(*args, **kwargs):
+        started.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_process, "start_model_processes", recording)
+    head = _head(tmp_path / "head", ClipPlan(frames=8, max_frames=8, clip_len=4, max_evidence=32))
+    config = EngineConfig(index=index, model=str(tiny_checkpoint), rerank_head=head, default_frames=8,
+                          model_processes=1)  # fmt: skip
+    with pytest.raises(ConfigurationError, match="K'=8 frames in 2 clips of 4"):
+        load_engine(config)
+    assert started == []
+    # the same settings with a head trained on this plan do start the one asked for
+    engine = load_engine(config.replace(rerank_head=_head(tmp_path / "matching", MATCHING)))
+    try:
+        assert len(started) == 1 and len(engine.runtime.backends) == 1
+    finally:
+        engine.close()
+
+
 def test_a_head_saved_before_clip_plans_still_loads_with_a_warning(index, tiny_checkpoint, tmp_path, caplog):
     head = _head(tmp_path / "old", None)
     config_file = head / "head_config.json"
