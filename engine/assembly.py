@@ -67,20 +67,20 @@ def searcher_for(
     encoder = encoder_for(index.manifest, backbone, head, clip_batch_size=config.clip_batch_size, reuse=reuse)
     rerank = rerank or RerankModel()
     if checked:
-        stage2_head = rerank.head if rerank.head is not None else head
+        stage2 = rerank.head if rerank.head is not None else head
     else:
-        stage2_head = _checked_stage2_head(encoder.config, config, backbone, head, rerank)
-    conditioning = None if stage2_head is not None else config.rerank_text_conditioning
+        stage2 = stage2_head(index, config, backbone, head, rerank)
+    conditioning = None if stage2 is not None else config.rerank_text_conditioning
     rerank_encoder = VideoEncoder(
         backbone,
-        stage2_head,
+        stage2,
         config=encoder.config,
         instruction=encoder.instruction,
         text_conditioning=conditioning,
     )
     # a streaming stage 2 sends requests of K' <= L to the one-shot tier (§3.1, engine.search.cascade)
     oneshot_encoder = None
-    if stage2_head is not None:
+    if stage2 is not None:
         oneshot_encoder = VideoEncoder(
             backbone,
             None,
@@ -88,7 +88,7 @@ def searcher_for(
             instruction=encoder.instruction,
             text_conditioning=config.rerank_text_conditioning,
         )
-    gate = rerank.gate if stage2_head is not None else None
+    gate = rerank.gate if stage2 is not None else None
     if config.exit_threshold is not None and gate is None:
         raise ConfigurationError(
             "QASLR_EXIT_THRESHOLD needs an early-exit gate (QASLR_RERANK_GATE) and a streaming stage 2"
@@ -104,7 +104,7 @@ def searcher_for(
         gate=gate,
         batcher=batcher,
         time_head=rerank.time_head,
-        router=rerank.router if stage2_head is rerank.head else None,
+        router=rerank.router if stage2 is rerank.head else None,
     )
     return encoder, searcher
 
@@ -121,12 +121,8 @@ def stage2_head(
     QASLR_RERANK_HEAD (or the index's) trained on another plan is refused (ConfigurationError); the
     checkpoint's own head, a default rather than a request, steps aside for one-shot stage 2 (``rerank`` is
     updated to say so)."""
+    # the index's K, L, M, as the encoder that embeds like the index holds them (indexer.assembly.encoder_for)
     streaming = index.manifest.streaming_config(clip_batch_size=config.clip_batch_size)
-    return _checked_stage2_head(streaming, config, backbone, head, rerank)
-
-
-def _checked_stage2_head(streaming, config: EngineConfig, backbone: Backbone, head, rerank: RerankModel):
-    """:func:`stage2_head` against ``streaming``, the index's StreamingConfig."""
     if rerank.source == "checkpoint" and rerank.head is not None:
         # the checkpoint's own head is a default, not a request: over an index that cuts clips
         # otherwise it steps aside for one-shot stage 2 (a head named by QASLR_RERANK_HEAD refuses)
