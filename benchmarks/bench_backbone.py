@@ -13,7 +13,9 @@ Each backbone (a directory with ``model.safetensors`` and ``tokenizer.json``: th
 - ``video_check``: text -> long video (64 frames, the event on 1-3), one-shot;
 - ``motion_check`` (56 reversal pairs, frames in temporal pairs 0.2 s apart as serving reads a
   moment): ``reversal`` (a change text ranks its own clip above the same frames reversed; chance
-  0.5), per change, and ``text_to_clip_top1`` (among all 112 clips).
+  0.5), per change, ``text_to_clip_top1`` (among all 112 clips), and ``above_still`` (a change text
+  ranks its own clip above the same frames with the shape shown still, in each colour the change
+  shows: what a motion query over a whole collection asks of a clip), per change.
 
 The recipes choose their stop on their own check seeds (12345, 54321, 97531: ``training/backbone.py``
 and ``training/motion_recipe.py`` evaluate there); the default seeds here chose nothing. Mean ± std
@@ -38,7 +40,7 @@ from benchmarks.provenance import environment  # noqa: E402
 KEYS = (
     ("frame", "text_to_frame_top1"), ("frame", "colour"), ("frame", "shape"),
     ("frame", "event_beats_all_empty"), ("frame", "min_margin"), ("video", "text_to_video_top1"),
-    ("motion", "reversal"), ("motion", "text_to_clip_top1"),
+    ("motion", "reversal"), ("motion", "text_to_clip_top1"), ("motion", "above_still"),
 )  # fmt: skip
 
 
@@ -69,9 +71,8 @@ def summary(runs: list[dict]) -> dict:
         values = [r[group][key] for r in runs]
         out[key] = {"mean": statistics.fmean(values), "std": statistics.pstdev(values)}
     changes = runs[0]["motion"]["by_change"]
-    out["reversal_by_change"] = {
-        c: statistics.fmean(r["motion"]["by_change"][c] for r in runs) for c in changes
-    }
+    for name, key in (("reversal_by_change", "by_change"), ("above_still_by_change", "by_change_still")):
+        out[name] = {c: statistics.fmean(r["motion"][key][c] for r in runs) for c in changes}
     return out
 
 
@@ -106,9 +107,12 @@ def main(argv=None) -> int:
     for _, key in KEYS:
         cells = [result["backbones"][n]["summary"][key] for n in ("base", "other")]
         print(f"{key:<{width}}" + "".join(f"{c['mean']:>9.3f} ± {c['std']:.3f}" for c in cells))
-    for change in result["backbones"]["base"]["summary"]["reversal_by_change"]:
-        cells = [result["backbones"][n]["summary"]["reversal_by_change"][change] for n in ("base", "other")]
-        print(f"{'  reversal ' + change:<{width}}" + "".join(f"{c:>16.3f}" for c in cells))
+    for what in ("reversal", "above_still"):
+        for change in result["backbones"]["base"]["summary"][f"{what}_by_change"]:
+            cells = [
+                result["backbones"][n]["summary"][f"{what}_by_change"][change] for n in ("base", "other")
+            ]
+            print(f"{'  ' + what + ' ' + change:<{width}}" + "".join(f"{c:>16.3f}" for c in cells))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -74,25 +74,31 @@ def video_check(backbone: Backbone, *, seed: int = 54321, frames: int = 64) -> d
 def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56, pair_s: float = 0.0) -> dict:
     """Text -> clip on held-out reversal pairs (training.world_data ``motion_pair``, drawn with
     ``seed``): every phrasing of each clip's change against the pair's two clips (``reversal``: the
-    share that ranks the right direction first, chance 0.5; per change in ``by_change``), and against
-    every clip drawn (``text_to_clip_top1``, chance 1 / (2 * pairs)). ``pair_s``: the clips' frames in
-    temporal pairs that far apart, as serving reads a moment (models.windows)."""
+    share that ranks the right direction first, chance 0.5; per change in ``by_change``), against
+    every clip drawn (``text_to_clip_top1``, chance 1 / (2 * pairs)), and against the same clip with
+    the shape shown still in each colour the change shows (``above_still``: the share above every such
+    still showing; per change in ``by_change_still``): whether the clip tells a change from a video
+    that merely shows the shape, which is what a motion query over a whole collection asks.
+    ``pair_s``: the clips' frames in temporal pairs that far apart, as serving reads a moment
+    (models.windows)."""
     from world.vocab import CHANGES
 
     was_training = backbone.model.training
     backbone.model.eval()
     sampler = WorldSampler(backbone.frame_size, seed=seed)
-    clips, changes = [], []
+    clips, changes, stills = [], [], []
     for k in range(pairs):  # every change in turn, on random events
         change = sampler.random_change()
         while change.change != CHANGES[k % len(CHANGES)]:
             change = sampler.random_change()
-        for sample in sampler.motion_pair(change, paired=pair_s):
+        forward, backward, *still = sampler.motion_pair(change, paired=pair_s, stills=True)
+        for sample in (forward, backward):
             clips.append(sample.clip)
             changes.append(sample.change)
+        stills += [[s.clip for s in still]] * 2
     z = torch.cat([embed_clips(backbone, clips[i : i + 8]) for i in range(0, len(clips), 8)])
     right, top1, total = Counter(), 0, 0
-    counted = Counter()
+    counted, above = Counter(), Counter()
     for v, change in enumerate(changes):
         partner = v ^ 1
         z_txt = embed_texts(backbone, list(change_texts(change)))
@@ -101,9 +107,15 @@ def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56, pair
         counted[change.change] += sim.shape[0]
         top1 += int((sim.argmax(dim=1) == v).sum())
         total += sim.shape[0]
+        if v % 2 == 0:  # a pair's still showings, embedded once for both of its clips
+            z_still = embed_clips(backbone, stills[v])
+        still_best = (z_txt @ z_still.T).max(dim=1).values
+        above[change.change] += int((sim[:, v] > still_best).sum())
     backbone.model.train(was_training)
     return {
         "reversal": sum(right.values()) / total,
         "text_to_clip_top1": top1 / total,
+        "above_still": sum(above.values()) / total,
         "by_change": {c: right[c] / counted[c] for c in CHANGES if counted[c]},
+        "by_change_still": {c: above[c] / counted[c] for c in CHANGES if counted[c]},
     }

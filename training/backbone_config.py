@@ -87,6 +87,7 @@ class MotionRecipe:
     # embeddings distilled (with ``distill``): a sentence around an event text stays where it was
     sentences: int = 0
     in_batch: float = 0.0  # weight of text <-> clip contrastive over every clip of the step (0: off)
+    stills: float = 0.0  # weight of each change text against its clip and its shape shown still (0: off)
     lr: float = 1e-3
     min_lr_ratio: float = 1.0  # cosine decay to lr x this over the steps (1: constant)
     scale: float = 14.0  # the reversal softmax's (about 1 / 0.07)
@@ -199,11 +200,14 @@ def embed_clips(backbone: Backbone, clips) -> torch.Tensor:
 
 def recipe_hash(config: BackboneTrainConfig) -> str:
     """Content hash of what determines the trained weights (code version aside); a recipe without a
-    motion phase or motion recipe hashes as the recipe did before they existed."""
+    motion phase or motion recipe hashes as the recipe did before they existed, and a motion recipe
+    without the still loss as it did before ``stills`` existed."""
     fields = asdict(config)
     if not config.motion.steps:
         del fields["motion"]
     if not config.motion_recipe.steps:
         del fields["motion_recipe"]
+    elif not config.motion_recipe.stills:
+        del fields["motion_recipe"]["stills"]
     data = json.dumps({"preset": PRESET, **fields}, sort_keys=True)
     return hashlib.sha256(data.encode()).hexdigest()[:16]

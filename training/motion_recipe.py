@@ -26,7 +26,12 @@ frames, and minimises the sum of
   order and count texts), so that what the frame tier, the spoken fusion and the time head score
   frames against stays too;
 - optionally (``in_batch`` > 0) text <-> clip contrastive over every clip of the step, so that a clip
-  still finds its own event's text among other events' clips.
+  still finds its own event's text among other events' clips;
+- optionally (``stills`` > 0) **the still loss**: each change text against its clip and the same clip
+  with the shape shown still (training.world_data ``motion_pair(stills=True)``: in each colour the
+  change shows), a softmax at ``scale``: the reversal loss tells a change from its reversal, not from
+  a video that merely shows the shape, which a motion query over a whole collection must (measured:
+  ``motion_check``'s ``above_still``).
 
 ``train`` chooses what learns: ``all`` (every weight; retention and distillation keep the frame path
 close); ``temporal`` (only the image-neutral half of the vision patch embedding,
@@ -197,6 +202,18 @@ def bake(model: torch.nn.Module) -> None:
         parametrize.remove_parametrizations(proj, "weight", leave_parametrized=True)
 
 
+def still_loss(z_said: torch.Tensor, own: torch.Tensor, z_still: torch.Tensor, owner: torch.Tensor,
+               scale: float) -> torch.Tensor:  # fmt: skip
+    """The still loss: text i (of pair i // 2: a pair's two clips sit side by side) against its own
+    clip (``own[i]``, the text · clip cosine) and the still showings of its pair's shape (``z_still``
+    [S, d], ``owner[s]`` the pair still s belongs to), a softmax at ``scale``; other pairs' stills
+    are no negatives (their shapes differ, and the reversal and in-batch losses weigh other clips)."""
+    mine = owner[None, :] == (torch.arange(len(own)) // 2)[:, None]
+    sim = (z_said @ z_still.T).masked_fill(~mine, float("-inf"))
+    logits = torch.cat([own[:, None], sim], 1) * scale
+    return F.cross_entropy(logits, torch.zeros(len(own), dtype=torch.long))
+
+
 class MotionRecipeTrainer:
     """One step of the recipe at a time (``train_step``), its checks (``evaluate``) and its state
     (``state_dict``: weights, probes, optimizer, random streams), so that
@@ -232,14 +249,18 @@ class MotionRecipeTrainer:
     def _batch(self):
         from world.vocab import CHANGES, change_texts
 
-        clips, labels, texts = [], [], []
+        clips, labels, texts, stills = [], [], [], []
         for _ in range(self.config.pairs):
-            for sample in self.sampler.motion_pair(paired=self.config.pair_s):
+            forward, backward, *still = self.sampler.motion_pair(
+                paired=self.config.pair_s, stills=bool(self.config.stills)
+            )
+            for sample in (forward, backward):
                 clips.append(sample.clip)
                 labels.append(CHANGES.index(sample.change.change))
                 said = change_texts(sample.change)
                 texts.append(said[int(self.rng.integers(len(said)))])
-        return clips, torch.tensor(labels), texts
+            stills.append([s.clip for s in still])
+        return clips, torch.tensor(labels), texts, stills
 
     def train_step(self) -> dict[str, float]:
         from training.backbone_config import embed_clips, embed_images, embed_texts
@@ -247,7 +268,7 @@ class MotionRecipeTrainer:
         from world.vocab import EVENTS, PHRASINGS
 
         c, b = self.config, self.backbone
-        clips, y, texts = self._batch()
+        clips, y, texts, stills = self._batch()
         z_clip = embed_clips(b, clips)
         with torch.set_grad_enabled(c.train != "temporal"):
             z_said = embed_texts(b, texts)
@@ -261,6 +282,10 @@ class MotionRecipeTrainer:
             "reversal": reversal,
             "clip_probe": F.cross_entropy(self.clip_probe(z_clip * c.probe_scale), y),
         }
+        if c.stills:  # each text against its clip and every still showing of its shape (the pair's)
+            z_still = embed_clips(b, [clip for pair in stills for clip in pair])
+            owner = torch.tensor([k for k, pair in enumerate(stills) for _ in pair])
+            parts["still"] = c.stills * still_loss(z_said, own, z_still, owner, c.scale)
         if not self.frozen_text:
             parts["text_probe"] = F.cross_entropy(self.text_probe(z_said * c.probe_scale), y)
         if self.retention or self.teacher is not None:
@@ -324,6 +349,7 @@ class MotionRecipeTrainer:
             f"step {step}: reversal loss {loss if loss is not None else float('nan'):.3f}, "
             f"reversal {motion['reversal']:.3f} "
             f"({', '.join(f'{k} {v:.2f}' for k, v in motion['by_change'].items())}), "
+            f"above a still showing {motion['above_still']:.3f}, "
             f"text -> clip {motion['text_to_clip_top1']:.3f}, text -> frame {frames['text_to_frame_top1']:.3f}"
         )
         return {"reversal_loss": loss, **motion, **frames}
@@ -429,6 +455,8 @@ HELP = {
     "sentences": "sentences around world texts a step (an event text among other words, order and count "
     "texts) kept where the start had them (with --distill)",
     "in_batch": "weight of text <-> clip contrastive over the step's clips (0: off)",
+    "stills": "weight of each change text against its clip and the same clip with the shape shown still "
+    "(each colour the change shows), a softmax (0: off)",
     "min_lr_ratio": "cosine decay to lr x this (1: constant)",
     "train": "what learns: every weight, the patch embedding's frame difference, or that and the "
     "change-only token embeddings (the last two keep every frame and other text embedding)",

@@ -19,6 +19,7 @@ Kinds of sample (``label`` is an event index 0..31, or -1 for an empty haystack)
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from dataclasses import dataclass
 
@@ -215,11 +216,21 @@ class WorldSampler:
         return Change(kind, change, to)
 
     def motion_pair(
-        self, change: Change | None = None, frames: int | None = None, paired: float = 0.0
-    ) -> tuple[Sample, Sample]:
+        self,
+        change: Change | None = None,
+        frames: int | None = None,
+        paired: float = 0.0,
+        *,
+        stills: bool = False,
+    ) -> tuple[Sample, ...]:
         """A changing event forwards and the same event backwards (a reversal pair), each as a clip of
         ``frames`` (4-8) frames spaced as a frame bank spaces them around a moment: 0.4-1.25 s apart,
-        at least two of them inside the event, which lasts 3-6 s; the same frame indices in both."""
+        at least two of them inside the event, which lasts 3-6 s; the same frame indices in both.
+
+        ``stills``: then, for each colour the change shows (its shape's, and for a colour change the one
+        it turns to), the same clip with that shape shown still over the event's span (a static event:
+        what a video that merely shows the shape holds), on the same haystack and frames; drawn from the
+        same random state as the pair, so the pair is the same with or without them."""
         change = change or self.random_change()
         n = int(frames or self.rng.choice([4, 6, 6, 8, 8]))
         fps = float(self.rng.choice([4.0, 6.0, 8.0, 10.0, 12.0, 24.0, 25.0, 30.0]))
@@ -254,7 +265,12 @@ class WorldSampler:
             out.append(
                 Sample(VideoClip(frames_, indices.tolist(), fps), -1, masks=masks, change=event.seen_change)
             )
-        return out[0], out[1]
+        colours = [c for c in (change.kind.colour, change.to_colour) if c] if stills else []
+        for kind in (EventKind(c, change.kind.shape) for c in colours):
+            still = dataclasses.replace(spec, events=(Event(kind, start, start + length, size),))
+            frames_, masks = self._render_path(still, indices, work, path=path)
+            out.append(Sample(VideoClip(frames_, indices.tolist(), fps), kind.index, masks=masks))
+        return tuple(out)
 
 
 def token_coverage(mask: np.ndarray, token_px: int) -> np.ndarray:

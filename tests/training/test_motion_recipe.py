@@ -4,6 +4,7 @@ records its checks (a smoke run: two steps; what it reaches is measured in train
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from safetensors.torch import load_file
@@ -221,3 +222,73 @@ def test_train_backbone_runs_the_recipe_as_its_third_phase(tmp_path):
         load_file(str(out / "model.safetensors")),
     )
     assert shipped.keys() == trained.keys()
+
+
+def _centre(mask):
+    """The event's coverage centroid (x, y) in a frame's mask, None where it does not show."""
+    import numpy as np
+
+    if mask.sum() < 1e-3:
+        return None
+    ys, xs = np.indices(mask.shape)
+    return np.array([(xs * mask).sum(), (ys * mask).sum()]) / mask.sum()
+
+
+@pytest.mark.parametrize("kind", ["right", "recolour"])
+def test_a_reversal_pair_with_stills_is_the_same_pair_and_its_shape_shown_still(kind):
+    """motion_pair(stills=True): the same two clips as without, then the shape still over the same
+    frames, once per colour the change shows, drawn from the same random state."""
+    import numpy as np
+
+    from training.world_data import WorldSampler
+    from world.vocab import Change, EventKind
+
+    change = Change(EventKind("red", "square"), kind, "blue" if kind == "recolour" else None)
+    plain = WorldSampler(128, seed=21).motion_pair(change, frames=8)
+    forward, backward, *stills = WorldSampler(128, seed=21).motion_pair(change, frames=8, stills=True)
+    assert (forward.clip.frames == plain[0].clip.frames).all()
+    assert (backward.clip.frames == plain[1].clip.frames).all()
+    colours = ["red", "blue"] if kind == "recolour" else ["red"]
+    assert [s.label for s in stills] == [EventKind(c, "square").index for c in colours]
+    side = min(forward.masks.shape[1:])
+    for still in stills:
+        assert still.change is None and still.clip.frame_indices == forward.clip.frame_indices
+        shown = [c for c in map(_centre, still.masks) if c is not None]
+        assert len(shown) >= 2  # the still showing spans the event's frames
+        assert max(np.linalg.norm(c - shown[0]) for c in shown) <= 0.1 * side  # WORLD.md: drifts <= 10 %
+        assert not (still.clip.frames == forward.clip.frames).all()
+    if kind == "right":
+        moved = [c for c in map(_centre, forward.masks) if c is not None]
+        assert max(np.linalg.norm(c - moved[0]) for c in moved) > 0.2 * side
+
+
+def test_the_still_loss_weighs_only_the_pairs_own_stills():
+    """still_loss: a text whose clip beats its pair's still showings costs little, one a still showing
+    beats costs much, and another pair's still showing, however close to the text, is no negative."""
+    import torch
+
+    from training.motion_recipe import still_loss
+
+    e = torch.eye(4)
+    z_said = e[[0, 0, 1, 1]]  # two pairs (clips 0, 1 and 2, 3), a text per clip
+    own = torch.tensor([0.9, 0.9, 0.5, 0.5])  # each text against its own clip
+    # pair 0's still shows e2 (far from its texts); pair 1's e1 (its texts' own direction, above their
+    # clips) and e0 (pair 0's texts' direction: pair 0 must not weigh it)
+    z_still, owner = e[[2, 1, 0]], torch.tensor([0, 1, 1])
+    assert still_loss(z_said[:2], own[:2], z_still[:1], owner[:1], 14.0) < 1e-4  # its clip above its still
+    # pair 0's texts: logits (12.6, 0); pair 1's: (7, 14, 0). Had pair 0 weighed e0 too: (12.6, 0, 14, 0)
+    expected = (2 * math.log1p(math.exp(-12.6)) + 2 * (-7 + math.log(math.exp(7) + math.exp(14) + 1))) / 4
+    assert still_loss(z_said, own, z_still, owner, 14.0).item() == pytest.approx(expected, rel=1e-5)
+    assert expected > 3.4  # a still showing at cosine 1 above a clip at 0.5 costs about 7 a text
+
+
+def test_the_still_loss_runs_in_the_recipe_and_the_check_reports_above_still(tmp_path):
+    out = tmp_path / "motion"
+    args = ["--steps", "1", "--eval-every", "1", "--log-every", "1", "--eval-pairs", "2", "--pairs", "1",
+            "--images", "2", "--stills", "1"]  # fmt: skip
+    assert main([str(out), *args]) == 0
+    step = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["still"] > 0 for e in step if "eval" not in e] == [True]
+    record = json.loads((out / "motion_recipe.json").read_text())
+    for e in record["evals"]:
+        assert 0.0 <= e["above_still"] <= 1.0 and set(e["by_change_still"]) <= set(e["by_change"])
