@@ -100,6 +100,7 @@ BACKBONE_CHECKS = (
     ("text_to_video_top1", "text -> long video top-1 (one-shot)"),
     ("reversal", "motion text: its clip above the reversal (chance 0.5)"),
     ("text_to_clip_top1", "motion text -> its clip among 112"),
+    ("above_still", "motion text: its clip above its shape shown still (chance 0.5 or less)"),
 )
 
 
@@ -126,19 +127,24 @@ def backbone_section(runs: list[tuple[str, dict]]) -> list[str]:
             "|---|---|---|",
         ]
         for key, label in BACKBONE_CHECKS:
+            if key not in backbones["other"]["summary"]:  # a run measured before the check existed
+                continue
             cells = [backbones[b]["summary"][key] for b in ("base", "other")]
             out.append(
                 f"| {label} | " + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells) + " |"
             )
-        changes = backbones["other"]["summary"]["reversal_by_change"]
-        out.append(
-            "| reversal by change | "
-            + " | ".join(
-                ", ".join(f"{c} {backbones[b]['summary']['reversal_by_change'][c]:.2f}" for c in changes)
-                for b in ("base", "other")
+        for what in ("reversal", "above_still"):
+            if f"{what}_by_change" not in backbones["other"]["summary"]:
+                continue
+            changes = backbones["other"]["summary"][f"{what}_by_change"]
+            out.append(
+                f"| {what.replace('_', ' ')} by change | "
+                + " | ".join(
+                    ", ".join(f"{c} {backbones[b]['summary'][f'{what}_by_change'][c]:.2f}" for c in changes)
+                    for b in ("base", "other")
+                )
+                + " |"
             )
-            + " |"
-        )
         out += ["", environment_line(data)]
     return out + [""]
 
