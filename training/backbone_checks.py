@@ -86,7 +86,7 @@ def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56, pair
     was_training = backbone.model.training
     backbone.model.eval()
     sampler = WorldSampler(backbone.frame_size, seed=seed)
-    clips, changes, stills = [], [], []
+    clips, changes, stills, owner = [], [], [], []
     for k in range(pairs):  # every change in turn, on random events
         change = sampler.random_change()
         while change.change != CHANGES[k % len(CHANGES)]:
@@ -95,8 +95,11 @@ def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56, pair
         for sample in (forward, backward):
             clips.append(sample.clip)
             changes.append(sample.change)
-        stills += [[s.clip for s in still]] * 2
+        stills += [s.clip for s in still]
+        owner += [k] * len(still)  # the pair each still showing belongs to
     z = torch.cat([embed_clips(backbone, clips[i : i + 8]) for i in range(0, len(clips), 8)])
+    z_still = torch.cat([embed_clips(backbone, stills[i : i + 8]) for i in range(0, len(stills), 8)])
+    owner = torch.tensor(owner)
     right, top1, total = Counter(), 0, 0
     counted, above = Counter(), Counter()
     for v, change in enumerate(changes):
@@ -107,9 +110,7 @@ def motion_check(backbone: Backbone, *, seed: int = 97531, pairs: int = 56, pair
         counted[change.change] += sim.shape[0]
         top1 += int((sim.argmax(dim=1) == v).sum())
         total += sim.shape[0]
-        if v % 2 == 0:  # a pair's still showings, embedded once for both of its clips
-            z_still = embed_clips(backbone, stills[v])
-        still_best = (z_txt @ z_still.T).max(dim=1).values
+        still_best = (z_txt @ z_still[owner == v // 2].T).max(dim=1).values  # its pair's still showings
         above[change.change] += int((sim[:, v] > still_best).sum())
     backbone.model.train(was_training)
     return {
