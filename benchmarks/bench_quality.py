@@ -362,11 +362,21 @@ def modes_for(args) -> list[Mode]:
         for value in args.order_windows:
             cut = served + (("order_windows", value),)
             modes.append(Mode(f"{default}, order windows {value}", "oneshot", "rerank", cut))
-        # the head's own score, without the frame bank's (nor, for an order, its events')
+        # the default before the head read each moment backwards too (only the near-ties, once each)
+        modes.append(
+            Mode(
+                f"{default}, read once (before)",
+                "oneshot",
+                "rerank",
+                served + (("head_reversal_weight", 0.0),),
+            )
+        )
+        # the head's own score, without the frame bank's (nor, for an order, its events'; nor its backwards reading)
         alone = served + (
             ("head_selection_weight", 0.0),
             ("head_frame_weight", 0.0),
             ("order_event_weight", 0.0),
+            ("head_reversal_weight", 0.0),
         )
         modes.append(
             Mode("cascade, the default, head's score alone" + (f" ({label})" if label else ""), "oneshot",

@@ -224,6 +224,16 @@ DEFAULT_HEAD_FRAME_WEIGHT = 0.5
 # queries, within the pair 32 each, the single events 17 of 18 each; 3 with tie margin 0.1 31 (not
 # changed, as above). Served with 3.
 DEFAULT_HEAD_SELECTION_WEIGHT = 3.0
+# ... and the head's reading of each moment played backwards (models.windows.played_backwards): s +=
+# HEAD_REVERSAL_WEIGHT · (q · z_T - q · z_T backwards), the head then reading every one of q_sel's first
+# head_candidates. A still showing of the shape reads nearly the same either way, a change as its opposite:
+# on development seeds 0, 4, 5 and 6 at 60-120 s (48 motion queries over each time collection, the shipped
+# head), the difference lay within -0.054..0.049 (10th-90th percentile) for the 77 other videos the head
+# read, 0.005..0.341 for the right one (above 0 for 90 %), -0.323..-0.012 for its reversal, while the frame
+# bank's terms favour a still showing's crisp frames (a count video's orange circles above the moving one).
+# Read offline from those searches, the head reading all 6: weights 0, 2, 3, 4, 5, 6, 8 put the right
+# video first for 37, 38, 39, 40, 38, 38, 37 of the 48, within the pair 43, 43, 44, 45, 45, 45, 45.
+DEFAULT_HEAD_REVERSAL_WEIGHT = 4.0
 # An order of two events read by a streaming head that reads the query's words (engine.search.cascade:
 # the order route): each candidate it read scores s = q · z_T + ORDER_EVENT_WEIGHT · min_k max_t p_k · f_t
 # (its reading of which event shows first, plus whether both show at all). Chosen on development seeds 0

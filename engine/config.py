@@ -25,6 +25,7 @@ from core.config import (
     DEFAULT_FUSION,
     DEFAULT_HEAD_CANDIDATES,
     DEFAULT_HEAD_FRAME_WEIGHT,
+    DEFAULT_HEAD_REVERSAL_WEIGHT,
     DEFAULT_HEAD_SELECTION_WEIGHT,
     DEFAULT_HEAVY,
     DEFAULT_HEAVY_MARGIN,
@@ -178,6 +179,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("head_frame_weight", float, DEFAULT_HEAD_FRAME_WEIGHT, "... plus this times its best frame's "
             "cosine with the query itself; both 0 = the head's score alone.", SEARCH,
             bounds={"ge": 0, "le": 10}),
+    Setting("head_reversal_weight", float, DEFAULT_HEAD_REVERSAL_WEIGHT, "... plus this times how much better "
+            "its moments read forwards than each played backwards (a change reads as its opposite, a shape "
+            "shown still as itself); above 0 the head reads every one of the first `head_candidates` and each "
+            "twice; 0 = one reading of the near-ties.", SEARCH, bounds={"ge": 0, "le": 20}),
     Setting("order_event_weight", float, DEFAULT_ORDER_EVENT_WEIGHT, "An order of two events, where the streaming "
             "head reads the query's words: each candidate it read scores its own score plus this times its weaker "
             "event's best frame (whether both events show at all).", SEARCH, bounds={"ge": 0, "le": 10}),

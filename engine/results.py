@@ -55,6 +55,9 @@ class Hit:
     clips_planned: int | None = None  # T
     embedding: np.ndarray | None = None  # v_ij [d], for callers who compare encodings
     step_spans: list[tuple[float, float]] | None = None  # (start_s, end_s) of each streamed clip
+    # q · z_T less the same moments each played backwards (models.windows.played_backwards), where the
+    # cascade asked the head to read them so (a change reads as its opposite, a still shape as itself)
+    change: float | None = None
     # -- what is said (engine.spoken): which rankings found it, its best cue, its visual rank and score
     source: str = "seen"  # core.config.Sources: seen, said or both
     spoken: object = None  # engine.spoken.SpokenMatch

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["MOTION_PAIR_S", "WindowPlan", "moment_plan", "moment_windows", "window_reads"]
+__all__ = ["MOTION_PAIR_S", "WindowPlan", "moment_plan", "moment_windows", "played_backwards", "window_reads"]
 
 # Seconds between the two frames of a temporal pair when a moment is read to see motion: what the
 # tiny-world motion recipes train clips on (training.backbone_config), and what a one-shot tier that
@@ -169,3 +169,26 @@ def window_reads(
         at += len(bank)
     read = np.concatenate(reads) if reads else np.zeros(0, dtype=np.int64)
     return read, segments
+
+
+def played_backwards(read, segments) -> tuple[np.ndarray, np.ndarray]:
+    """Each moment of a candidate played backwards, the moments in their own order: ``order``, the
+    positions into ``read`` (and its decoded frames) to take the frames from, and the source frame
+    indices the backwards clip's prompt gives them (each window's own, mirrored within it, so still
+    ascending). ``segments``: each clip's positions into ``read`` (``window_reads``), consecutive and
+    ascending.
+
+    A shape shown still reads nearly the same either way; a change reads as its opposite (a shape
+    moving left as one moving right, red turning blue as blue turning red), so the streaming head's
+    q · z_T less its backwards reading tells a change the query asks for from a still showing of the
+    same shape, which single frames cannot (engine.search.cascade)."""
+    read = np.asarray(read, dtype=np.int64)
+    order = np.arange(len(read), dtype=np.int64)
+    mirrored = read.copy()
+    for segment in segments:
+        seg = np.asarray(segment, dtype=np.int64)
+        if len(seg) == 0:
+            continue
+        order[seg] = seg[::-1]
+        mirrored[seg] = read[seg[0]] + read[seg[-1]] - read[seg[::-1]]
+    return order, mirrored

@@ -20,6 +20,8 @@ that applies wins:
         within ``tie_margin`` of its best; scored by the router's selection
         query where it ships one)                                          the heavy tier, on those few
                                                                            and the frame tier's first
+                                                                           (``head_reversal_weight`` > 0:
+                                                                           q_sel's first ``head_candidates``)
     the frame tier's lead (its first score less its second) reaches
         ``heavy_margin``                                                   the frame tier's order stands
     otherwise (too close to call, or asked for by ``heavy``)              the heavy tier, on the top ``heavy``
@@ -32,12 +34,18 @@ candidates q_sel scores highest and the frame tier's first, and each one's momen
 q_sel · f_c; the head scores with q and the query's text, and each candidate it read ranks by
 
     s = q · z_T + head_selection_weight · max_c q_sel · f_c + head_frame_weight · max_c q · f_c
+          + head_reversal_weight · (q · z_T - q · z_T backwards)
 
 (its reading of how the moments change, plus whether the frames show the events the query names at
 all, by its selection query and by itself: alone, the head put a moving yellow triangle first for "a
 cyan circle moves down" on development seed 0; weighed by q_sel's frames alone, a sentence the router
 misreads, "after some grey frames an orange square shows up", found an orange circle; q_sel's term weighs
-most: across videos the head often puts another shape or colour first, core.config). The router is learned (a
+most: across videos the head often puts another shape or colour first, core.config). The last term is the
+head's own reading of the change: each moment played backwards (models.windows.played_backwards) reads as
+its opposite change, while a shape shown still reads the same either way, so it tells the moving shape from
+a still showing of it whose crisper frames the frame bank's terms favour (a count video's orange circles
+above the one moving left); one more pass of the backbone and the head per candidate read, over frames
+already decoded. The router is learned (a
 logistic regression on q, trained with the head: training.moment_head). The time head's parse
 (models.time_head, a template) routes the order and count queries it reads, and its ranking stands
 only where its evidence is stronger: where its first differs from the frame tier's, the time
@@ -122,6 +130,10 @@ class Signals:
     ties: int = 1  # the frame tier's first candidates within ``tie_margin`` of its best (at most the cap)
     # per hit, in the frame tier's order: its frame score under the router's selection query (None: q's)
     selection: tuple[float, ...] | None = None
+    # the head reads each moment played backwards too (``head_reversal_weight`` > 0 and a selection query):
+    # then it reads every one of the first ``candidates`` by q_sel, not only the near-ties
+    backwards: bool = False
+    candidates: int = 1  # the frame tier's first ``head_candidates`` (at most the shortlist)
 
     @property
     def called_about_time(self) -> bool:
@@ -134,6 +146,7 @@ class Route:
     tier: str | None  # HEAVY, TIME, ORDER, or None: the frame tier's order stands
     candidates: int = 0  # how many of the frame tier's top the tier scores
     why: str = ""
+    backwards: bool = False  # the head reads each moment played backwards too (Hit.change)
 
 
 @dataclass(frozen=True)
@@ -151,6 +164,11 @@ class CascadePolicy:
         if s.time_plan is not None:  # where it reads a query, the time head measurably wins
             return Route(TIME, shortlist, why="a query about order or count (the time head's reading)")
         if s.moments and s.called_about_time and s.ties >= 2:
+            if s.backwards:
+                why = (f"about time (router p={s.about_time:.2f}): the streaming head reads the moments of the "
+                       f"{s.candidates} candidates whose frames show the query's selection query best, and the "
+                       "frame tier's first, each forwards and played backwards")  # fmt: skip
+                return Route(HEAVY, s.candidates, why=why, backwards=True)
             read = (f"{s.ties} candidates whose frames under the query's selection query it could not tell apart, "
                     "and the frame tier's first" if s.selection is not None
                     else f"frame tier's first {s.ties}, which it could not tell apart")  # fmt: skip
@@ -168,7 +186,7 @@ class Cascade:
         self, frame_tier, reranker, *, short_reranker=None, time_tier=None, policy=None, router=None,
         tie_margin: float = 0.0, head_candidates: int = 6, keep_margin: float = 0.0, selection_weight: float = 0.0,
         frame_weight: float = 0.0, weakest_event=None, order_event_weight: float = 0.0, embed_queries=None,
-        order_windows: str = "query",
+        order_windows: str = "query", reversal_weight: float = 0.0,
     ):  # fmt: skip
         self.frame_tier = frame_tier
         self.reranker = reranker  # the heavy tier: the streaming head's, or one-shot
@@ -179,6 +197,8 @@ class Cascade:
         self.tie_margin, self.head_candidates, self.keep_margin = tie_margin, head_candidates, keep_margin
         # the frame bank's weights in the head's score, under q_sel and under q (_with_frame_evidence)
         self.selection_weight, self.frame_weight = selection_weight, frame_weight
+        # ... and the head's reading of each moment played backwards: + reversal_weight · Hit.change
+        self.reversal_weight = reversal_weight
         # hit -> its weakest event's relevance: whether a time-tier hit shows every event its plan read
         # (module docstring)
         self.weakest_event = weakest_event
@@ -310,7 +330,8 @@ class Cascade:
             streaming=self.reranker.streaming,
             moments=self.moments, about_time=about,
             router_threshold=self.router.threshold if self.router is not None else 0.5, ties=ties,
-            selection=selection,
+            selection=selection, backwards=selection is not None and self.reversal_weight > 0,
+            candidates=min(self.head_candidates, len(hits)),
         )  # fmt: skip
 
     def _route(self, state: SearchState, request: TierRequest, hits: list[Hit]) -> list[Hit]:
@@ -339,8 +360,11 @@ class Cascade:
             if signals.selection is not None:
                 shows = {h.video_id: v for h, v in zip(hits, signals.selection, strict=True)}
                 hits, m = selection_order(hits, signals.selection, m)
+            request.backwards = route.backwards
             ranked = self._heavy(state, request, hits, m)
-            if signals.selection is not None and (self.selection_weight or self.frame_weight):
+            if signals.selection is not None and (
+                self.selection_weight or self.frame_weight or route.backwards
+            ):
                 ranked = self._with_frame_evidence(ranked, shows)
             if not signals.about_time:
                 return ranked
@@ -408,7 +432,8 @@ class Cascade:
 
     def _with_frame_evidence(self, ranked: list[Hit], shows: dict[str, float]) -> list[Hit]:
         """Each candidate the head read scores s = q · z_T + ``selection_weight`` · max_c q_sel · f_c +
-        ``frame_weight`` · max_c q · f_c: the head reads how its moments change, the frame bank whether
+        ``frame_weight`` · max_c q · f_c (+ ``reversal_weight`` · (q · z_T - q · z_T backwards) where it
+        read its moments backwards too): the head reads how its moments change, the frame bank whether
         they show the events the query names at all (module docstring); one score space for the
         candidates the head read."""
         name = self.reranker.name
@@ -417,6 +442,8 @@ class Cascade:
                 hit.score += frame_evidence(
                     shows[hit.video_id], hit.frame_score or 0.0, self.selection_weight, self.frame_weight
                 )
+                if hit.change is not None:
+                    hit.score += self.reversal_weight * hit.change
         return heavy_first(ranked, name)
 
     def _keep_unless_stronger(

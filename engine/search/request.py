@@ -53,6 +53,7 @@ class SearcherConfig:
     keep_margin: float = 0.0  # ... its order standing where its evidence is stronger by this
     head_selection_weight: float = 0.0  # ... its score plus this times its best frame under q_sel
     head_frame_weight: float = 0.0  # ... and this times its best frame under q
+    head_reversal_weight: float = 0.0  # ... and this times q · z_T less its moments' backwards reading
     order_event_weight: float = 0.0  # an order a head that reads words answers: this times its weaker event
     order_windows: str = "query"  # ... its moments cut where its events show ("events") or by q_sel ("query")
     max_top_k: int = MAX_TOP_K
@@ -83,6 +84,7 @@ class SearcherConfig:
             keep_margin=config.keep_margin,
             head_selection_weight=config.head_selection_weight,
             head_frame_weight=config.head_frame_weight,
+            head_reversal_weight=config.head_reversal_weight,
             order_event_weight=config.order_event_weight,
             order_windows=config.order_windows,
             oneshot_moments=config.oneshot_moments,

@@ -167,6 +167,7 @@ class Searcher:
             keep_margin=config.keep_margin,
             selection_weight=config.head_selection_weight,
             frame_weight=config.head_frame_weight,
+            reversal_weight=config.head_reversal_weight,
             weakest_event=self._weakest_event,
             order_event_weight=config.order_event_weight,
             order_windows=config.order_windows,

@@ -48,6 +48,9 @@ class TierRequest:
     # per video id, the relevance [C] that selection cuts its moments from instead of select_vec's (an
     # order's events, each on its own scale: engine.search.cascade.Cascade._order)
     select_relevance: dict | None = None
+    # a streaming head that reads moments also reads each one played backwards (Hit.change:
+    # engine.search.cascade, a query its router calls about time)
+    backwards: bool = False
 
     def __post_init__(self) -> None:
         if not self.query_key:

@@ -36,7 +36,7 @@ from engine.tiers.base import Tier, TierRequest
 from models.backbone import VideoClip
 from models.selection import query_aware_positions, selection_seed
 from models.streaming import VideoEncoder
-from models.windows import moment_plan, moment_windows, window_reads
+from models.windows import moment_plan, moment_windows, played_backwards, window_reads
 
 logger = logging.getLogger(__name__)
 
@@ -144,12 +144,28 @@ class EncodeTier(Tier):
                 )
                 ready.append((hit, sel))
             if clips:
-                embeddings = self._encode(request, clips, policy, self._query_states(request))
-                for (hit, sel), emb in zip(ready, embeddings, strict=True):
+                states = self._query_states(request)
+                embeddings = self._encode(request, clips, policy, states)
+                backwards = self._backwards(request, clips, policy, states)
+                for i, ((hit, sel), emb) in enumerate(zip(ready, embeddings, strict=True)):
                     self._score(hit, sel, emb, q)
+                    if backwards is not None:  # q · z_T less its moments' backwards reading
+                        hit.change = hit.score - float(backwards[i].final.float() @ q)
             if request.on_update is not None:
                 request.on_update(ordered(hits))
         return ordered(hits)
+
+    def _backwards(self, request: TierRequest, clips: list[VideoClip], policy, states):
+        """Where the request asks (``request.backwards``) and a streaming head reads moments: the same
+        clips with each moment played backwards (models.windows.played_backwards: the frames already
+        decoded, one more pass of the backbone and the head), encoded as the clips were; else None."""
+        if not request.backwards or not self.streaming or any(c.segments is None for c in clips):
+            return None
+        turned = []
+        for clip in clips:
+            order, mirrored = played_backwards(clip.frame_indices, clip.segments)
+            turned.append(VideoClip(clip.frames[order], mirrored, clip.fps, segments=clip.segments))
+        return self._encode(request, turned, policy, states)
 
     def _query_states(self, request: TierRequest):
         """The query's token states (the backbone's hidden states of its prompt), once per request,

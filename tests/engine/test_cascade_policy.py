@@ -36,6 +36,21 @@ def _signals(**changes) -> Signals:
         (_signals(lead=0.5, moments=False, about_time=0.9, ties=4, heavy_margin=0.0), (None, 0)),  # no head
         (_signals(mode="frames", moments=True, about_time=0.9, ties=4), (None, 0)),  # frames mode
         (_signals(budget=0, moments=True, about_time=0.9, ties=4), (None, 0)),  # heavy 0: the frame tier
+        # a head that reads each moment backwards too reads every one of the first head_candidates, where the
+        # router routes it there (near-ties), and nowhere else
+        (_signals(lead=0.0, moments=True, about_time=0.9, ties=2, backwards=True, candidates=6), (HEAVY, 6)),
+        (
+            _signals(
+                lead=0.5, moments=True, about_time=0.9, ties=1, heavy_margin=0.0, backwards=True, candidates=6
+            ),
+            (None, 0),
+        ),  # fmt: skip
+        (
+            _signals(
+                lead=0.5, moments=True, about_time=0.2, ties=4, heavy_margin=0.0, backwards=True, candidates=6
+            ),
+            (None, 0),
+        ),  # fmt: skip
         # the time head answers what its parse reads, beside a head that reads moments too: where
         # it reads the query it measurably wins on order and count (docs/results.md)
         (_signals(moments=True, about_time=0.9, ties=4, time_plan="order"), (TIME, R)),
@@ -52,6 +67,28 @@ def _signals(**changes) -> Signals:
 def test_the_policy_routes_by_the_measured_signals(signals, route):
     got = CascadePolicy().route(signals, R)
     assert (got.tier, got.candidates) == route and got.why
+    assert got.backwards == (
+        signals.backwards and got.tier == HEAVY
+    )  # only the router's route reads backwards
+
+
+@pytest.mark.parametrize(("weight", "first"), [(0.0, "still"), (4.0, "moves")])
+def test_the_heads_backwards_reading_weighs_a_change_above_a_still_showing(weight, first):
+    """s += reversal_weight · Hit.change (q · z_T less the moments read backwards): a still showing's crisp
+    frames outscore the moving shape on the frame bank's terms, and its reading is the same either way."""
+    from types import SimpleNamespace
+
+    from engine.results import Hit
+    from engine.search.cascade import Cascade
+
+    cascade = Cascade(None, SimpleNamespace(name="head"), selection_weight=3.0, reversal_weight=weight)
+    moves = Hit("moves", 0.30, 0.0, 1, tier="head", frame_score=0.3, change=0.15)
+    still = Hit("still", 0.30, 0.0, 2, tier="head", frame_score=0.3, change=0.0)
+    unread = Hit("unread", 0.20, 0.0, 3, tier="frame", frame_score=0.2, change=None)
+    out = cascade._with_frame_evidence([moves, still, unread], {"moves": 0.60, "still": 0.75, "unread": 0.9})
+    assert [h.video_id for h in out] == [first, ({"moves", "still"} - {first}).pop(), "unread"]
+    assert moves.score == pytest.approx(0.30 + 3.0 * 0.60 + weight * 0.15)
+    assert still.score == pytest.approx(0.30 + 3.0 * 0.75)
 
 
 @pytest.mark.parametrize(

@@ -354,3 +354,68 @@ def test_stage1_scans_the_frame_banks_only_where_they_fit_in_memory(collection, 
     out = engine.search_sync({"query": query, "top_k": 3})
     assert embedded.count(list(plan.events)) == 1, (query, embedded)
     assert "selection query in turn" in out.route and "best frames" not in out.route, out.route
+
+
+def test_a_moment_played_backwards_reads_as_the_reversed_video_and_a_still_one_as_itself(collection):
+    """The head's backwards reading (engine.tiers.encoded, models.windows.played_backwards): a clip whose
+    shape moves right, read backwards, is exactly the clip of the shape moving left, and a still clip reads
+    the same either way (its change 0), with the shipped head and its window plan."""
+    import numpy as np
+    import torch
+
+    from engine.search.clock import StageClock
+    from engine.tiers import RerankStats, TierRequest
+    from models.backbone import VideoClip
+    from models.windows import moment_windows, window_reads
+
+    corpus, engine = collection
+    tier = engine.searcher.cascade.reranker
+    plan = tier.window_plan
+    bank = engine.index.frame_bank(corpus.videos[0].id)
+    relevance = np.zeros(len(bank.frame_indices))
+    relevance[10:14] = 1.0  # one moment, read as the plan reads it
+    read, segments = window_reads(moment_windows(relevance, plan), bank.frame_indices, 25.0, 10_000, plan)
+    rng = np.random.default_rng(0)
+    base = rng.integers(100, 140, size=(64, 64, 3), dtype=np.uint8)
+    base[24:40, 8:24] = (220, 30, 30)  # a red square
+    right = np.stack([np.roll(base, 2 * k, axis=1) for k in range(len(read))])  # moving right, frame by frame
+    query = "a red square moves to the right"
+    q = engine.encoder.embed_queries([query]).float()[0]
+    request = TierRequest(query=query, q=q, frames=32, seed=0, stats=RerankStats(),
+                          clock=StageClock({}, None), backwards=True)  # fmt: skip
+
+    def final(clips, backwards=False):
+        states = tier._query_states(request)
+        out = (
+            tier._backwards(request, clips, None, states)
+            if backwards
+            else tier._encode(request, clips, None, states)
+        )
+        return torch.stack([e.final.float() for e in out])
+
+    clip = VideoClip(right, read, 25.0, segments=segments)
+    order = np.concatenate([s[::-1] for s in segments])
+    left = VideoClip(np.ascontiguousarray(right[order]), read, 25.0, segments=segments)
+    assert torch.allclose(final([clip], backwards=True), final([left]), atol=1e-6)
+    assert not torch.allclose(final([clip]), final([left]), atol=1e-3)  # the head reads the direction
+    still = VideoClip(np.repeat(base[None], len(read), axis=0), read, 25.0, segments=segments)
+    assert torch.allclose(final([still], backwards=True), final([still]), atol=1e-6)
+
+
+def test_a_motion_query_the_router_sends_to_the_head_is_read_forwards_and_backwards(collection):
+    """On the router's route the head reads every one of q_sel's first ``head_candidates`` (and the frame
+    tier's first), each also played backwards, and each one it read scores s = q · z_T + the frame bank's
+    terms + ``head_reversal_weight`` · change; the answer's route says so."""
+    corpus, engine = collection
+    config = engine.searcher.config
+    routed = 0
+    for query, _ in corpus.queries("motion"):
+        out = engine.search_sync({"query": query, "top_k": 10})
+        if "played backwards" not in out.route:
+            continue
+        routed += 1
+        read = [h for h in out.hits if h.change is not None]  # the head's order may not stand: then "frame"
+        assert len(read) >= min(config.head_candidates, len(out.hits)), out.route
+        assert all(h.reranked for h in read)
+        assert {h.tier for h in out.hits if h.change is None} <= {"frame"}
+    assert routed

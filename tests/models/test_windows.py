@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from models.head import StreamingHeadConfig, create_head, load_head, save_head
-from models.windows import MOTION_PAIR_S, WindowPlan, moment_plan, moment_windows, window_reads
+from models.windows import (
+    MOTION_PAIR_S,
+    WindowPlan,
+    moment_plan,
+    moment_windows,
+    played_backwards,
+    window_reads,
+)
 
 
 def _relevance(n=60, peaks=(), base=0.1, seed=0):
@@ -18,6 +25,37 @@ def _relevance(n=60, peaks=(), base=0.1, seed=0):
     for centre, width, height in peaks:
         r[centre - width // 2 : centre - width // 2 + width] = height
     return r
+
+
+def test_each_moment_is_played_backwards_in_its_own_place_with_its_own_frame_indices():
+    """models.windows.played_backwards: within each clip the frames in reverse order (each temporal pair a
+    moment and the one before it), the clips in their order, the prompt's indices each window's own,
+    mirrored, so still ascending; twice is the identity."""
+    plan = WindowPlan(windows=2, frames=4, margin=0, pair_s=0.2)
+    read, segments = window_reads(
+        [np.array([2, 3]), np.array([10, 11, 12])], np.arange(0, 600, 25), 25.0, 600, plan
+    )
+    order, mirrored = played_backwards(read, segments)
+    assert read.tolist() == [50, 55, 75, 80, 250, 255, 275, 280, 300, 305]
+    assert order.tolist() == [3, 2, 1, 0, 9, 8, 7, 6, 5, 4]  # each clip's frames reversed, in their place
+    assert read[order].tolist() == [80, 75, 55, 50, 305, 300, 280, 275, 255, 250]
+    assert mirrored.tolist() == [
+        50,
+        55,
+        75,
+        80,
+        250,
+        255,
+        275,
+        280,
+        300,
+        305,
+    ]  # evenly read: the same indices
+    uneven = np.array([5, 6, 9, 20, 30, 31])
+    order, mirrored = played_backwards(uneven, [np.array([0, 1, 2]), np.array([3, 4, 5])])
+    assert mirrored.tolist() == [5, 8, 9, 20, 21, 31]  # a gap mirrored within its window, ascending
+    back, _ = played_backwards(uneven[order], [np.array([0, 1, 2]), np.array([3, 4, 5])])
+    assert uneven[order][back].tolist() == uneven.tolist()
 
 
 def test_each_relevant_moment_is_one_window_in_time_order():
