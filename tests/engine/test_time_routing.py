@@ -360,6 +360,8 @@ def test_a_moment_played_backwards_reads_as_the_reversed_video_and_a_still_one_a
     """The head's backwards reading (engine.tiers.encoded, models.windows.played_backwards): a clip whose
     shape moves right, read backwards, is exactly the clip of the shape moving left, and a still clip reads
     the same either way (its change 0), with the shipped head and its window plan."""
+    from collections import defaultdict
+
     import numpy as np
     import torch
 
@@ -382,7 +384,7 @@ def test_a_moment_played_backwards_reads_as_the_reversed_video_and_a_still_one_a
     query = "a red square moves to the right"
     q = engine.encoder.embed_queries([query]).float()[0]
     request = TierRequest(query=query, q=q, frames=32, seed=0, stats=RerankStats(),
-                          clock=StageClock({}, None), backwards=True)  # fmt: skip
+                          clock=StageClock(defaultdict(float), None), backwards=True)  # fmt: skip
 
     def final(clips, backwards=False):
         states = tier._query_states(request)
