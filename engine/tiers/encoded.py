@@ -144,28 +144,28 @@ class EncodeTier(Tier):
                 )
                 ready.append((hit, sel))
             if clips:
-                states = self._query_states(request)
-                embeddings = self._encode(request, clips, policy, states)
-                backwards = self._backwards(request, clips, policy, states)
-                for i, ((hit, sel), emb) in enumerate(zip(ready, embeddings, strict=True)):
+                turned = self._played_backwards(request, clips)  # [] unless the request asks
+                # one encoding for both readings: they share the backbone's batches
+                encoded = self._encode(request, clips + turned, policy, self._query_states(request))
+                for i, ((hit, sel), emb) in enumerate(zip(ready, encoded[: len(clips)], strict=True)):
                     self._score(hit, sel, emb, q)
-                    if backwards is not None:  # q · z_T less its moments' backwards reading
-                        hit.change = hit.score - float(backwards[i].final.float() @ q)
+                    if turned:  # q · z_T less its moments' backwards reading
+                        hit.change = hit.score - float(encoded[len(clips) + i].final.float() @ q)
             if request.on_update is not None:
                 request.on_update(ordered(hits))
         return ordered(hits)
 
-    def _backwards(self, request: TierRequest, clips: list[VideoClip], policy, states):
+    def _played_backwards(self, request: TierRequest, clips: list[VideoClip]) -> list[VideoClip]:
         """Where the request asks (``request.backwards``) and a streaming head reads moments: the same
-        clips with each moment played backwards (models.windows.played_backwards: the frames already
-        decoded, one more pass of the backbone and the head), encoded as the clips were; else None."""
+        clips with each moment played backwards (models.windows.played_backwards), from the frames already
+        decoded, to be encoded beside them; else none."""
         if not request.backwards or not self.streaming or any(c.segments is None for c in clips):
-            return None
+            return []
         turned = []
         for clip in clips:
             order, mirrored = played_backwards(clip.frame_indices, clip.segments)
             turned.append(VideoClip(clip.frames[order], mirrored, clip.fps, segments=clip.segments))
-        return self._encode(request, turned, policy, states)
+        return turned
 
     def _query_states(self, request: TierRequest):
         """The query's token states (the backbone's hidden states of its prompt), once per request,

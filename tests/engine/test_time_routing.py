@@ -387,12 +387,8 @@ def test_a_moment_played_backwards_reads_as_the_reversed_video_and_a_still_one_a
                           clock=StageClock(defaultdict(float), None), backwards=True)  # fmt: skip
 
     def final(clips, backwards=False):
-        states = tier._query_states(request)
-        out = (
-            tier._backwards(request, clips, None, states)
-            if backwards
-            else tier._encode(request, clips, None, states)
-        )
+        clips = tier._played_backwards(request, clips) if backwards else clips
+        out = tier._encode(request, clips, None, tier._query_states(request))
         return torch.stack([e.final.float() for e in out])
 
     clip = VideoClip(right, read, 25.0, segments=segments)
