@@ -371,6 +371,10 @@ def modes_for(args) -> list[Mode]:
                 served + (("head_reversal_weight", 0.0),),
             )
         )
+        # the default before: the router fitted on the splits' queries (--before-head's), the near-ties within 0.05
+        if args.before_head:
+            before = (("rerank_head", Path(args.before_head)), *served[1:], ("tie_margin", 0.05))
+            modes.append(Mode(f"{default}, router and tie margin before", "oneshot", "rerank", before))
         # the head's own score, without the frame bank's (nor, for an order, its events'; nor its backwards reading)
         alone = served + (
             ("head_selection_weight", 0.0),

@@ -50,6 +50,11 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
         "rows); repeatable, one two-stage QASLR row each",
     )
     p.add_argument(
+        "--before-head", default=None, metavar="DIR",
+        help="one more default row: the rerank head in DIR (its router) served with the tie margin before "
+        "(0.05), the default before the router was fitted on the world's texts (training.router_texts)",
+    )  # fmt: skip
+    p.add_argument(
         "--time-head", default=None, metavar="DIR",
         help="a time head (`qaslr train-time-head`) for the order and count queries: one row (default: the "
         "shipped training/tiny_world/time_head with the tiny-world backbone; 'none': no row)",

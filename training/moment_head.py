@@ -23,7 +23,9 @@ identity initialisation (models.head: it reads out about the clips' own states) 
 and weight decay 0.1 for 20 epochs (on development seed 201 the first recipe, N(0, 0.02), no dropout,
 40 epochs, overfitted: training loss 0.5, change within the pair 0.66; this one 0.69-0.75). A
 router, a logistic regression on q with its two classes weighed alike, learns which queries are about time (the decision of whether the head runs is made from it and
-from the frame tier's own evidence, engine.search); it is saved with the head (``router.json``).
+from the frame tier's own evidence, engine.search); it is saved with the head (``router.json``). The
+shipped head's router was fitted again on the world's texts (training.router_texts), not the splits'
+queries.
 Every constant here was chosen on the development seeds (``MomentRecipe.dev_seeds``); the numbers a
 user reads come from benchmarks/bench_quality.py on seeds that chose nothing.
 """
@@ -432,11 +434,28 @@ def evaluate(head: StreamingHead, splits: list[Split], *, controls: bool = False
 # -- the router -----------------------------------------------------------------------------------------
 
 
-def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, seed: int = 0) -> dict:
-    """A logistic regression on q: is the query about time (an order, a count, a change) rather than
-    an event alone, the two classes weighed alike. Returns its weights, bias and threshold with its
-    accuracy on ``dev``."""
+def fit_router(x: torch.Tensor, about: torch.Tensor, *, epochs: int = 300, seed: int = 0) -> dict:
+    """A logistic regression on q (``x`` [n, d]): is the query about time (``about`` 1: an order, a
+    count, a change) rather than an event alone (0), the two classes weighed alike; full batch AdamW.
+    Returns router.json's weight, bias and threshold."""
     torch.manual_seed(seed)
+    layer = torch.nn.Linear(x.shape[1], 1)
+    opt = torch.optim.AdamW(layer.parameters(), lr=0.05, weight_decay=1e-3)
+    # the classes weigh alike: a split holds about nine queries about time to one about an event alone,
+    # and a router trained on them as they come sent two in three single-event queries of a held-out
+    # collection to the head (bench_quality's development seed 0)
+    balance = (about == 0).sum() / (about == 1).sum().clamp(min=1)
+    for _ in range(epochs):
+        loss = F.binary_cross_entropy_with_logits(layer(x).squeeze(1), about, pos_weight=balance)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {"weight": layer.weight[0].tolist(), "bias": float(layer.bias.detach()), "threshold": 0.5}
+
+
+def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, seed: int = 0) -> dict:
+    """:func:`fit_router` on the splits' queries, with its accuracy on ``dev`` (the shipped router is
+    fitted on the world's texts instead: training.router_texts)."""
 
     def data(splits):
         items = [i for s in splits for i in s.items]
@@ -444,24 +463,13 @@ def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, see
         y = torch.tensor([float(i.kind != "event") for i in items])
         return x, y
 
-    x, y = data(train)
-    layer = torch.nn.Linear(x.shape[1], 1)
-    opt = torch.optim.AdamW(layer.parameters(), lr=0.05, weight_decay=1e-3)
-    # the classes weigh alike: a split holds about nine queries about time to one about an event alone,
-    # and a router trained on them as they come sent two in three single-event queries of a held-out
-    # collection to the head (bench_quality's development seed 0)
-    balance = (y == 0).sum() / (y == 1).sum().clamp(min=1)
-    for _ in range(epochs):
-        loss = F.binary_cross_entropy_with_logits(layer(x).squeeze(1), y, pos_weight=balance)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    result = {"weight": layer.weight[0].tolist(), "bias": float(layer.bias.detach()), "threshold": 0.5}
+    result = fit_router(*data(train), epochs=epochs, seed=seed)
+    w, b = torch.tensor(result["weight"]), result["bias"]
     with torch.no_grad():
         for name, splits in (("train", train), ("dev", dev)):
             if splits:
                 xs, ys = data(splits)
-                p = torch.sigmoid(layer(xs).squeeze(1))
+                p = torch.sigmoid(xs.float() @ w + b)
                 result[f"{name}_accuracy"] = float(((p >= 0.5).float() == ys).float().mean())
     return result
 

@@ -21,10 +21,15 @@ rerank head").
 leaves the head's weights as they are (about a minute on 2 cores: it embeds the world's texts once);
 training.json then keeps the record of the selection query the weights were trained beside
 (``selection_trained_beside``).
+``--router-only`` refits the router of the head already in OUT on the world's texts
+(training.router_texts: every text the world says, not the splits' queries) and leaves the rest as it
+is (under a minute on 2 cores); training.json then keeps the record of the router fitted beside the
+weights (``router_trained_beside``).
 ``--linear-selection`` trains with the selection query's recipe before its residual branch
-(training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the two in turn:
+(training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the three in turn:
 
-    qaslr train-rerank-head OUT --linear-selection && qaslr train-rerank-head OUT --selection-only
+    qaslr train-rerank-head OUT --linear-selection && qaslr train-rerank-head OUT --selection-only \
+        && qaslr train-rerank-head OUT --router-only
 
 ``--order-contrast`` and ``--composed-orders N`` train for order: each order query's own video with its
 clips the other way round as one more negative, and N order queries composed from the splits' clips of
@@ -85,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--selection-only", action="store_true",
                    help="refit the selection query of the head in OUT by the current recipe (or "
                    "--linear-selection's), its weights untouched; renders and trains nothing else")  # fmt: skip
+    p.add_argument("--router-only", action="store_true",
+                   help="refit the router of the head in OUT on the world's texts (training.router_texts), "
+                   "its weights and selection query untouched; renders and trains nothing else")  # fmt: skip
     p.add_argument("--threads", type=int, default=2, help="torch threads")
 
 
@@ -109,6 +117,8 @@ def _train(args: argparse.Namespace) -> int:
     selection_recipe = LINEAR_RECIPE if args.linear_selection else SelectionRecipe()
     if args.selection_only:
         return _refit_selection(args, selection_recipe)
+    if args.router_only:
+        return _refit_router(args)
     recipe = dataclasses.replace(
         MomentRecipe(), train_seeds=tuple(args.train_seeds), dev_seeds=tuple(args.dev_seeds), epochs=args.epochs,
         lr=args.lr, seed=args.seed, selection_weight=args.selection_weight, frame_weight=args.frame_weight,
@@ -187,6 +197,39 @@ def _refit_selection(args, recipe) -> int:
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({"selection query": record["selection"]}, indent=1))
     print(f"selection query written to {out} (the head's weights untouched)")
+    return 0
+
+
+def _refit_router(args) -> int:
+    """``--router-only``: the router of the head in OUT fitted again on the backbone's query embeddings
+    of the world's texts (training.router_texts), the head and its selection query untouched."""
+    import json
+    import time
+    from pathlib import Path
+
+    from indexer.assembly import load_model
+    from models.router import ROUTER_FILENAME
+    from training.router_texts import train_router_on_texts
+
+    out = Path(args.out)
+    record_path = out / "training.json"
+    if not record_path.is_file():
+        print(f"error: --router-only: {out} holds no trained rerank head (no training.json)")
+        return 2
+    _, model = _workdir_and_model(args)
+    backbone = load_model(model).backbone
+    started = time.perf_counter()
+    router = train_router_on_texts(lambda texts: backbone.embed_texts(list(texts)))
+    record = json.loads(record_path.read_text())
+    record.setdefault("router_trained_beside", record.get("router"))  # a second refit keeps the first's
+    record["router"] = {**router["texts"], "backbone": model.name, "fit_s": round(time.perf_counter() - started, 1),
+                        "refit": "--router-only: fitted on the world's texts after the head's weights, beside "
+                        "which router_trained_beside was fitted on the splits' queries"}  # fmt: skip
+    fields = {k: v for k, v in router.items() if k != "texts"}
+    (out / ROUTER_FILENAME).write_text(json.dumps(fields, indent=1) + "\n")
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps({"router": record["router"]}, indent=1))
+    print(f"router written to {out} (the head's weights and selection query untouched)")
     return 0
 
 
