@@ -19,9 +19,11 @@ the sample videos are real, but it knows nothing of real video; 2. sample videos
 videos of 1-2 minutes, each a grey haystack with one brief coloured-shape event ("a red square
 appears"), all events distinct, plus a mirror pair (two events, in either order) and a once /
 twice pair for queries about order and count (the shapes-world checkpoint's time head answers
-them), and a JSONL manifest; 3. `indexer build` over the manifest (one-shot embeddings, or QASLR
-with --head/QASLR_HEAD); 4. `qaslr serve` on --host/--port (default 127.0.0.1:8000); the page at
-/, docs at /docs. No Redis and no GPU needed (REDIS_URL unset = in-process frame cache).
+them) and a reversal pair (one shape moving, and the same played backwards) for a query about
+motion (its rerank head answers it), and a JSONL manifest; 3. `indexer build` over the manifest
+(one-shot embeddings, or QASLR with --head/QASLR_HEAD); 4. `qaslr serve` on --host/--port (default
+127.0.0.1:8000); the page at /, docs at /docs. No Redis and no GPU needed (REDIS_URL unset = in-
+process frame cache).
 
 options:
   -h, --help         show this help message and exit

@@ -33,7 +33,8 @@ def test_demo_serves_and_its_suggested_queries_find_the_right_video(tmp_path):
         while "ready: serving" not in server.output and time.monotonic() < deadline:
             time.sleep(0.2)
         suggestions = re.findall(r'"query": "([^"]+)".*# expect (\S+) first', server.output)
-        assert len(suggestions) == 5, server.output[-2000:]  # three single events, one order, one count
+        # three single events, one order, one count, one motion
+        assert len(suggestions) == 6, server.output[-2000:]
         for i, (query, expected) in enumerate(suggestions):
             r = httpx.post(f"{server.url}/search", json={"query": query, "top_k": 3}, timeout=120)
             assert r.status_code == 200, r.text
@@ -41,7 +42,10 @@ def test_demo_serves_and_its_suggested_queries_find_the_right_video(tmp_path):
             assert results[0]["video_id"] == expected, (query, [x["video_id"] for x in results])
             if i < 3:
                 assert results[0]["metadata"]["title"] in query
-            else:  # order and count: ranked by the time head
+            elif i < 5:  # order and count: ranked by the time head
                 assert results[0]["tier"] == "time" and r.json()["rerank_embedder"] == "time"
+            else:  # motion: the rerank head read the candidates, each forwards and played backwards
+                route = r.json()["route"]
+                assert results[0]["tier"] == "head" and "played backwards" in route, route
     assert "SHAPES-WORLD BACKBONE" in server.output
     assert (tmp_path / "demo" / "videos" / "videos.jsonl").exists()

@@ -9,7 +9,9 @@ Steps (each is skipped when its output already exists, so a second run starts in
   2. sample videos: shapes-world videos of 1-2 minutes, each a grey haystack with one brief
      coloured-shape event ("a red square appears"), all events distinct, plus a mirror pair (two
      events, in either order) and a once / twice pair for queries about order and count (the
-     shapes-world checkpoint's time head answers them), and a JSONL manifest;
+     shapes-world checkpoint's time head answers them) and a reversal pair (one shape moving, and
+     the same played backwards) for a query about motion (its rerank head answers it), and a JSONL
+     manifest;
   3. `indexer build` over the manifest (one-shot embeddings, or QASLR with --head/QASLR_HEAD);
   4. `qaslr serve` on --host/--port (default 127.0.0.1:8000); the page at /, docs at /docs.
 No Redis and no GPU needed (REDIS_URL unset = in-process frame cache)."""
@@ -29,9 +31,10 @@ logger = logging.getLogger(__name__)
 # The sample corpus: world videos of 1-2 minutes, each with one brief event, all events distinct.
 SAMPLE_CORPUS = dict(
     min_duration_s=60.0, max_duration_s=120.0, fps=(6.0, 8.0), short_side=(96, 160), prefix="sample-", seed=0,
-    order_pairs=1, count_pairs=1,
+    order_pairs=1, count_pairs=1, motion_pairs=1,
 )  # fmt: skip
-SUGGESTIONS = 3  # example single-event queries printed (then one about order and one about count)
+# example single-event queries printed (then one about order, one about count and one about motion)
+SUGGESTIONS = 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -179,9 +182,9 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://{settings.host}:{settings.port}"
     print(f"\nstarting the server for {index} on {url} (loading the model) ...", flush=True)
     lines = [f"ready: serving {index} on {url}  (search page: {url}/ , API docs: {url}/docs)", "try:"]
-    suggested = (
-        corpus.queries("single")[:SUGGESTIONS] + _only_one(corpus, "order") + _only_one(corpus, "count")
-    )
+    suggested = corpus.queries("single")[:SUGGESTIONS] + [
+        q for kind in ("order", "count", "motion") for q in _only_one(corpus, kind)
+    ]
     for query, video_id in suggested:
         lines.append(
             f"  curl -s {url}/search -H 'content-type: application/json' "
