@@ -18,10 +18,11 @@ def test_every_indexer_build_names_its_model():
 def test_the_demo_counts_match_the_demo():
     from qaslr.commands.demo import SAMPLE_CORPUS, SUGGESTIONS
 
-    printed = SUGGESTIONS + 2  # then one about order and one about count
-    words = {3: "three", 5: "five"}
+    printed = SUGGESTIONS + 3  # then one about order, one about count and one about motion
+    words = {3: "three", 5: "five", 6: "six"}
     assert f"the demo prints {words[printed]} such queries" in README
-    videos = 8 + 2 * (SAMPLE_CORPUS["order_pairs"] + SAMPLE_CORPUS["count_pairs"])  # --videos default 8
+    pairs = SAMPLE_CORPUS["order_pairs"] + SAMPLE_CORPUS["count_pairs"] + SAMPLE_CORPUS["motion_pairs"]
+    videos = 8 + 2 * pairs  # --videos default 8
     assert f"renders {videos} sample videos" in README
 
 
