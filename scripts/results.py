@@ -194,6 +194,8 @@ def _command(data: dict, script: str) -> str:
         parts.append("--no-cold")
     if args.get("no_checkpoint_head"):
         parts.append("--no-checkpoint-head")
+    if args.get("before_head"):
+        parts.append("--before-head BEFORE")
     return " ".join(parts)
 
 

@@ -231,6 +231,30 @@ def served_intro(served: dict) -> list[str]:
         "bank's evidence that the query's events show); *head on all R* runs the head on every candidate of every "
         "query.",
         "",
+        *router_note(served),
+    ]
+
+
+# the default before the router was fitted on the world's texts and the tie margin widened (--before-head)
+BEFORE_ROW = "cascade, the default, head (shipped), router and tie margin before"
+
+
+def router_note(data: dict) -> list[str]:
+    """Which router and tie margin a served-head run's default had: the run measured today's beside the
+    one before (its BEFORE_ROW), or it predates them."""
+    if BEFORE_ROW in mode_names(data["per_seed"]):
+        return [
+            "*router and tie margin before* is the default before the router was fitted on the world's texts "
+            "(`training/router_texts.py`) and `tie_margin` widened from 0.05 to 0.1: the same head with the router "
+            "it was trained beside (`--before-head BEFORE`, BEFORE `training/tiny_world/rerank_head/` as of commit "
+            "8d8cc98), in the same run.",
+            "",
+        ]
+    return [
+        "This run predates the router fitted on the world's texts and `tie_margin` 0.1: its *cascade, the default, "
+        "head* is the default then (the router fitted on the splits' queries, `tie_margin` 0.05). The 60-120 s run "
+        "measures today's default beside it.",
+        "",
     ]
 
 
@@ -260,6 +284,7 @@ def shorter_intro(data: dict) -> list[str]:
         "was chosen on these seeds (training/tiny_world/README.md, "
         '"Shorter videos" and "Reading each moment backwards", says what the development seeds showed).',
         "",
+        *router_note(data),
     ]
 
 
@@ -271,6 +296,7 @@ SHORTER_ROWS = (
     "cascade, the default, time head",
     "cascade, the default, head (shipped)",
     "cascade, the default, head (shipped), read once (before)",
+    BEFORE_ROW,
 )
 
 
