@@ -174,20 +174,15 @@ def _refit_selection(args, recipe) -> int:
     backbone's query embeddings of the world's texts (as serving embeds a query), the head untouched."""
     import json
     import time
-    from pathlib import Path
 
-    from indexer.assembly import load_model
     from training.selection_query import train_selection
 
-    out = Path(args.out)
-    record_path = out / "training.json"
-    if not record_path.is_file():
-        print(f"error: --selection-only: {out} holds no trained rerank head (no training.json)")
+    found = _trained_head(args, "--selection-only")
+    if found is None:
         return 2
-    _, model = _workdir_and_model(args)
-    backbone = load_model(model).backbone
+    out, record_path, model, embed = found
     started = time.perf_counter()
-    selection, fitted = train_selection(lambda texts: backbone.embed_texts(list(texts)), recipe)
+    selection, fitted = train_selection(embed, recipe)
     record = json.loads(record_path.read_text())
     record.setdefault("selection_trained_beside", record.get("selection"))  # a second refit keeps the first's
     record["selection"] = {**fitted, "backbone": model.name, "fit_s": round(time.perf_counter() - started, 1),
@@ -205,21 +200,16 @@ def _refit_router(args) -> int:
     of the world's texts (training.router_texts), the head and its selection query untouched."""
     import json
     import time
-    from pathlib import Path
 
-    from indexer.assembly import load_model
     from models.router import ROUTER_FILENAME
     from training.router_texts import train_router_on_texts
 
-    out = Path(args.out)
-    record_path = out / "training.json"
-    if not record_path.is_file():
-        print(f"error: --router-only: {out} holds no trained rerank head (no training.json)")
+    found = _trained_head(args, "--router-only")
+    if found is None:
         return 2
-    _, model = _workdir_and_model(args)
-    backbone = load_model(model).backbone
+    out, record_path, model, embed = found
     started = time.perf_counter()
-    router = train_router_on_texts(lambda texts: backbone.embed_texts(list(texts)))
+    router = train_router_on_texts(embed)
     record = json.loads(record_path.read_text())
     record.setdefault("router_trained_beside", record.get("router"))  # a second refit keeps the first's
     record["router"] = {**router["texts"], "backbone": model.name, "fit_s": round(time.perf_counter() - started, 1),
@@ -231,6 +221,23 @@ def _refit_router(args) -> int:
     print(json.dumps({"router": record["router"]}, indent=1))
     print(f"router written to {out} (the head's weights and selection query untouched)")
     return 0
+
+
+def _trained_head(args, flag: str):
+    """(OUT, its training.json, the backbone, the backbone's query embedding of texts) for a refit of a
+    head already trained in OUT; None (and why, printed) where OUT holds none."""
+    from pathlib import Path
+
+    from indexer.assembly import load_model
+
+    out = Path(args.out)
+    record_path = out / "training.json"
+    if not record_path.is_file():
+        print(f"error: {flag}: {out} holds no trained rerank head (no training.json)")
+        return None
+    _, model = _workdir_and_model(args)
+    backbone = load_model(model).backbone
+    return out, record_path, model, lambda texts: backbone.embed_texts(list(texts))
 
 
 def _workdir_and_model(args):

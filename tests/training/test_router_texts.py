@@ -49,3 +49,30 @@ def test_the_shipped_router_calls_no_single_event_text_of_the_world_about_time(t
 
     assert called(singles) == []
     assert len(called(changes)) >= 0.95 * len(changes)
+
+
+def test_router_only_reproduces_the_shipped_router_and_leaves_the_head(tiny_world_checkpoint, tmp_path):
+    """`qaslr train-rerank-head OUT --router-only` on the shipped head writes the shipped router.json byte for
+    byte (the command that reproduces it); the head's weights and selection query are the same bytes, and
+    training.json keeps the router before as router_trained_beside."""
+    import json
+    import shutil
+
+    from core.config import CHECKPOINT_HEAD_DIR
+    from models.router import ROUTER_FILENAME, load_router
+    from qaslr.cli import main
+    from training.backbone import ASSET_DIR
+
+    model = ["--model", str(tiny_world_checkpoint), "--workdir", str(tmp_path / "work")]
+    assert main(["train-rerank-head", str(tmp_path / "empty"), "--router-only", *model]) == 2  # no head there
+    shipped = ASSET_DIR / CHECKPOINT_HEAD_DIR
+    out = shutil.copytree(shipped, tmp_path / "head")
+    d = len(json.loads((shipped / ROUTER_FILENAME).read_text())["weight"])
+    (out / ROUTER_FILENAME).write_text(json.dumps({"weight": [0.0] * d, "bias": 0.0, "threshold": 0.5}))
+    assert main(["train-rerank-head", str(out), "--router-only", *model]) == 0
+    assert (out / ROUTER_FILENAME).read_bytes() == (shipped / ROUTER_FILENAME).read_bytes()
+    for name in ("head.safetensors", "selection.safetensors"):
+        assert (out / name).read_bytes() == (shipped / name).read_bytes()
+    record = json.loads((out / "training.json").read_text())
+    assert "refit" in record["router"] and "dev_accuracy" in record["router_trained_beside"]
+    assert load_router(out).selection is not None
