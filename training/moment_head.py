@@ -453,24 +453,28 @@ def fit_router(x: torch.Tensor, about: torch.Tensor, *, epochs: int = 300, seed:
     return {"weight": layer.weight[0].tolist(), "bias": float(layer.bias.detach()), "threshold": 0.5}
 
 
-def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, seed: int = 0) -> dict:
-    """:func:`fit_router` on the splits' queries, with its accuracy on ``dev`` (the shipped router is
-    fitted on the world's texts instead: training.router_texts)."""
+def router_calls(router: dict, q: torch.Tensor) -> torch.Tensor:
+    """Whether ``router`` (router.json's fields) calls each query of ``q`` [n, d] about time."""
+    return torch.sigmoid(q.float() @ torch.tensor(router["weight"]) + router["bias"]) >= router["threshold"]
 
-    def data(splits):
-        items = [i for s in splits for i in s.items]
-        x = torch.stack([i.q for i in items])
-        y = torch.tensor([float(i.kind != "event") for i in items])
-        return x, y
 
-    result = fit_router(*data(train), epochs=epochs, seed=seed)
-    w, b = torch.tensor(result["weight"]), result["bias"]
+def router_accuracy(router: dict, splits: list[Split]) -> float:
+    """How often ``router`` calls the splits' queries as they are: about time, or an event alone."""
+    items = [i for s in splits for i in s.items]
+    about = torch.tensor([i.kind != "event" for i in items])
     with torch.no_grad():
-        for name, splits in (("train", train), ("dev", dev)):
-            if splits:
-                xs, ys = data(splits)
-                p = torch.sigmoid(xs.float() @ w + b)
-                result[f"{name}_accuracy"] = float(((p >= 0.5).float() == ys).float().mean())
+        return float((router_calls(router, torch.stack([i.q for i in items])) == about).float().mean())
+
+
+def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, seed: int = 0) -> dict:
+    """:func:`fit_router` on the splits' queries, with its accuracy on them and on ``dev`` (the router
+    `qaslr train-rerank-head` ships is fitted on the world's texts instead: training.router_texts)."""
+    items = [i for s in train for i in s.items]
+    x = torch.stack([i.q for i in items])
+    result = fit_router(x, torch.tensor([float(i.kind != "event") for i in items]), epochs=epochs, seed=seed)
+    for name, splits in (("train", train), ("dev", dev)):
+        if splits:
+            result[f"{name}_accuracy"] = router_accuracy(result, splits)
     return result
 
 

@@ -50,7 +50,7 @@ def train_router_on_texts(
     """router.json's fields for a backbone whose text embedding is ``embed_texts`` (texts -> [n, d]):
     the weights and bias fitted on every text, threshold 0.5, and what the fit without
     ``recipe.held_events`` measured (module docstring)."""
-    from training.moment_head import fit_router
+    from training.moment_head import fit_router, router_calls
 
     rows = selection_rows(SelectionRecipe(orders=recipe.orders, seed=recipe.seed))
     with torch.no_grad():
@@ -58,20 +58,22 @@ def train_router_on_texts(
     about = torch.tensor([float(r.kind != "event") for r in rows])
     held_events = set(random.Random(recipe.seed).sample(range(len(EVENTS)), recipe.held_events))
     held = torch.tensor([any(e in held_events for e in r.events) for r in rows])
-    measuring = fit_router(q[~held], about[~held], epochs=recipe.epochs, seed=recipe.seed)
-    p = torch.sigmoid(q @ torch.tensor(measuring["weight"]) + measuring["bias"])
-    called = {}
-    for kind in ("event", "count", "change", "order"):
-        of_kind = torch.tensor([r.kind == kind for r in rows])
-        for name, mask in (("held-out events", of_kind & held), ("the rest", of_kind & ~held)):
-            if mask.any():
-                called[f"{kind}, {name}"] = round(float((p[mask] >= 0.5).float().mean()), 4)
-    router = fit_router(q, about, epochs=recipe.epochs, seed=recipe.seed)
-    p = torch.sigmoid(q @ torch.tensor(router["weight"]) + router["bias"])
-    fitted = {
-        kind: round(float((p[torch.tensor([r.kind == kind for r in rows])] >= 0.5).float().mean()), 4)
-        for kind in ("event", "count", "change", "order")
+    kinds = {
+        kind: torch.tensor([r.kind == kind for r in rows]) for kind in ("event", "count", "change", "order")
     }
+
+    def share(router: dict, mask: torch.Tensor) -> float:  # of the texts in mask, those called about time
+        return round(float(router_calls(router, q[mask]).float().mean()), 4)
+
+    measuring = fit_router(q[~held], about[~held], epochs=recipe.epochs, seed=recipe.seed)
+    called = {
+        f"{kind}, {name}": share(measuring, mask)
+        for kind, of_kind in kinds.items()
+        for name, mask in (("held-out events", of_kind & held), ("the rest", of_kind & ~held))
+        if mask.any()
+    }
+    router = fit_router(q, about, epochs=recipe.epochs, seed=recipe.seed)
+    fitted = {kind: share(router, of_kind) for kind, of_kind in kinds.items()}
     record = {
         "recipe": recipe.to_dict(),
         "texts": len(rows),

@@ -21,9 +21,9 @@ rerank head").
 leaves the head's weights as they are (about a minute on 2 cores: it embeds the world's texts once);
 training.json then keeps the record of the selection query the weights were trained beside
 (``selection_trained_beside``).
-``--router-only`` refits the router of the head already in OUT on the world's texts
-(training.router_texts: every text the world says, not the splits' queries) and leaves the rest as it
-is (under a minute on 2 cores); training.json then keeps the record of the router fitted beside the
+The router is fitted on the world's texts (training.router_texts: every text the world says, not the
+splits' queries). ``--router-only`` refits the router of a head already in OUT so (a head trained before
+fitted it on the splits' queries) and leaves the rest as it is (under a minute on 2 cores); training.json then keeps the record of the router fitted beside the
 weights (``router_trained_beside``).
 ``--linear-selection`` trains with the selection query's recipe before its residual branch
 (training.selection_query.LINEAR_RECIPE). The shipped head is reproduced by the three in turn:
@@ -110,8 +110,9 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from training.moment_data import attach_words, describe
-    from training.moment_head import MomentRecipe, evaluate, moment_splits, save, train_head, train_router
+    from training.moment_head import MomentRecipe, evaluate, moment_splits, router_accuracy, save, train_head
     from training.order_mix import composed_split
+    from training.router_texts import train_router_on_texts
     from training.selection_query import LINEAR_RECIPE, SelectionRecipe
 
     selection_recipe = LINEAR_RECIPE if args.linear_selection else SelectionRecipe()
@@ -145,7 +146,10 @@ def _train(args: argparse.Namespace) -> int:
         head, history = train_head(train + composed, dev, recipe, hidden=hidden, embed=embed,
                                    max_evidence=_index_m(model, max_evidence), log=log)  # fmt: skip
     train_s = time.perf_counter() - started - data_s
-    router = train_router(train, dev, seed=recipe.seed)
+    router = train_router_on_texts(_embedder(model))  # which queries are about time, from the world's texts
+    router_record = router.pop("texts")
+    if dev:  # ... and how often it calls the development splits' queries right
+        router_record["dev_accuracy"] = router_accuracy(router, dev)
     measured = evaluate(head, dev, controls=True, recipe=recipe)
     record = {
         "recipe": recipe.to_dict(),
@@ -159,7 +163,7 @@ def _train(args: argparse.Namespace) -> int:
         "train_s": round(train_s, 1),
         "history": history,
         "dev": measured,
-        "router": {k: v for k, v in router.items() if k.endswith("accuracy")},
+        "router": router_record,
         "selection": selection_record,
     }
     save(head, router, out, record)
@@ -228,16 +232,21 @@ def _trained_head(args, flag: str):
     head already trained in OUT; None (and why, printed) where OUT holds none."""
     from pathlib import Path
 
-    from indexer.assembly import load_model
-
     out = Path(args.out)
     record_path = out / "training.json"
     if not record_path.is_file():
         print(f"error: {flag}: {out} holds no trained rerank head (no training.json)")
         return None
     _, model = _workdir_and_model(args)
+    return out, record_path, model, _embedder(model)
+
+
+def _embedder(model):
+    """The backbone ``model``'s query embedding of texts (texts -> [n, d]), as serving embeds a query."""
+    from indexer.assembly import load_model
+
     backbone = load_model(model).backbone
-    return out, record_path, model, lambda texts: backbone.embed_texts(list(texts))
+    return lambda texts: backbone.embed_texts(list(texts))
 
 
 def _workdir_and_model(args):
