@@ -252,8 +252,8 @@ def router_note(data: dict) -> list[str]:
         ]
     return [
         "This run predates the router fitted on the world's texts and `tie_margin` 0.1: its *cascade, the default, "
-        "head* is the default then (the router fitted on the splits' queries, `tie_margin` 0.05). The 60-120 s run "
-        "measures today's default beside it.",
+        "head* is the default then (the router fitted on the splits' queries, `tie_margin` 0.05). The 60-120 s and "
+        "20-50 s runs measure today's default beside it.",
         "",
     ]
 
