@@ -91,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "whatever its height: white shapes peak lower than coloured ones)")  # fmt: skip
     p.add_argument("--augment", type=float, default=0.5,
                    help="share of training rows given more haystack (up to 3x their frames)")  # fmt: skip
+    p.add_argument("--dim", type=float, default=0.0,
+                   help="share of training queries with one event shown fainter in every candidate (its "
+                        "relevance scaled by 0.35-1: a white shape on grey peaks near half a coloured one)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sampled negatives")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
 
@@ -179,7 +182,8 @@ def _train(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     head = train_time_head(train, steps=args.steps, step_weight=args.step_weight,
                            distill_weight=args.distill_weight, hidden=args.hidden,
-                           peak_inputs=args.peak_inputs, seed=args.seed, augment=args.augment, val=val)  # fmt: skip
+                           peak_inputs=args.peak_inputs, seed=args.seed, augment=args.augment, dim=args.dim,
+                           val=val)  # fmt: skip
     train_s = time.perf_counter() - t1
     measured = evaluate(head, val, (*CONTROLS, RULE))
     try:
