@@ -93,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share of training rows given more haystack (up to 3x their frames)")  # fmt: skip
     p.add_argument("--dim", type=float, default=0.0,
                    help="share of training queries with one event shown fainter in every candidate (its "
-                        "relevance scaled by 0.35-1: a white shape on grey peaks near half a coloured one)")  # fmt: skip
+                        "relevance scaled down by a random factor, training.time_head.dimmed: a white shape on "
+                        "grey peaks near half a coloured one)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sampled negatives")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
 
