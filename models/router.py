@@ -46,6 +46,7 @@ __all__ = [
     "frame_evidence",
     "load_router",
     "load_selection",
+    "save_router",
 ]
 
 ROUTER_FILENAME = "router.json"
@@ -118,6 +119,19 @@ class Router:
         """p(about time) for one query embedding [d]."""
         return 1.0 / (1.0 + math.exp(-(float(q.float() @ self.weight) + self.bias)))
 
+    def calls(self, q: torch.Tensor) -> torch.Tensor:
+        """Whether each query embedding of ``q`` [n, d] is about time (p >= threshold), in one product:
+        how training measures a router over many texts."""
+        return torch.sigmoid(q.float() @ self.weight + self.bias) >= self.threshold
+
+    @classmethod
+    def from_fields(cls, fields: dict, selection: SelectionQuery | None = None) -> Router:
+        """The router of router.json's fields (weight, bias, threshold)."""
+        return cls(
+            torch.tensor(fields["weight"], dtype=torch.float32), float(fields["bias"]), float(fields["threshold"]),
+            selection=selection,
+        )  # fmt: skip
+
 
 def load_selection(directory: str | Path) -> SelectionQuery | None:
     """The selection query saved beside a head (``selection.safetensors``), or None when it has none
@@ -131,16 +145,17 @@ def load_selection(directory: str | Path) -> SelectionQuery | None:
     return SelectionQuery(**tensors)
 
 
+def save_router(fields: dict, directory: str | Path) -> Path:
+    """Write router.json's fields (weight, bias, threshold) into ``directory``, as training writes them."""
+    path = Path(directory) / ROUTER_FILENAME
+    path.write_text(json.dumps(fields, indent=1) + "\n")
+    return path
+
+
 def load_router(directory: str | Path) -> Router | None:
     """The router saved beside a head (``router.json``) with its selection query, or None when it has
     none."""
     path = Path(directory) / ROUTER_FILENAME
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    return Router(
-        torch.tensor(data["weight"], dtype=torch.float32),
-        float(data["bias"]),
-        float(data["threshold"]),
-        selection=load_selection(directory),
-    )
+    return Router.from_fields(json.loads(path.read_text()), selection=load_selection(directory))

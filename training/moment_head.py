@@ -45,14 +45,12 @@ import torch.nn.functional as F
 
 from core.config import DEFAULT_HEAD_FRAME_WEIGHT, DEFAULT_HEAD_SELECTION_WEIGHT
 from models.head import StreamingHead, StreamingHeadConfig, create_head, save_head
-from models.router import frame_evidence
+from models.router import Router, frame_evidence, save_router
 from models.windows import WindowPlan, moment_plan
 from training.losses import LAMBDA_DISTILL, LAMBDA_STEP, distill_loss, final_loss, step_loss_conditioned
 from training.moment_data import QueryItem, Split
 
 logger = logging.getLogger(__name__)
-
-ROUTER_FILENAME = "router.json"
 
 
 @dataclass(frozen=True)
@@ -453,34 +451,19 @@ def fit_router(x: torch.Tensor, about: torch.Tensor, *, epochs: int = 300, seed:
     return {"weight": layer.weight[0].tolist(), "bias": float(layer.bias.detach()), "threshold": 0.5}
 
 
-def router_calls(router: dict, q: torch.Tensor) -> torch.Tensor:
-    """Whether ``router`` (router.json's fields) calls each query of ``q`` [n, d] about time."""
-    return torch.sigmoid(q.float() @ torch.tensor(router["weight"]) + router["bias"]) >= router["threshold"]
-
-
 def router_accuracy(router: dict, splits: list[Split]) -> float:
-    """How often ``router`` calls the splits' queries as they are: about time, or an event alone."""
+    """How often ``router`` (router.json's fields) calls the splits' queries as they are: about time, or an
+    event alone."""
     items = [i for s in splits for i in s.items]
     about = torch.tensor([i.kind != "event" for i in items])
     with torch.no_grad():
-        return float((router_calls(router, torch.stack([i.q for i in items])) == about).float().mean())
-
-
-def train_router(train: list[Split], dev: list[Split], *, epochs: int = 300, seed: int = 0) -> dict:
-    """:func:`fit_router` on the splits' queries, with its accuracy on them and on ``dev`` (the router
-    `qaslr train-rerank-head` ships is fitted on the world's texts instead: training.router_texts)."""
-    items = [i for s in train for i in s.items]
-    x = torch.stack([i.q for i in items])
-    result = fit_router(x, torch.tensor([float(i.kind != "event") for i in items]), epochs=epochs, seed=seed)
-    for name, splits in (("train", train), ("dev", dev)):
-        if splits:
-            result[f"{name}_accuracy"] = router_accuracy(result, splits)
-    return result
+        calls = Router.from_fields(router).calls(torch.stack([i.q for i in items]))
+    return float((calls == about).float().mean())
 
 
 def save(head: StreamingHead, router: dict, out: Path, record: dict) -> Path:
     """The head (models.head.save_head), its router and what it took, in ``out``."""
     save_head(head, out)
-    (out / ROUTER_FILENAME).write_text(json.dumps(router, indent=1) + "\n")
+    save_router(router, out)
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     return out

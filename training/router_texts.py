@@ -6,7 +6,7 @@ sends a query with p >= 0.5 to the head's route. It is fitted on every text the 
 and three times, in each of its changes, and ``orders`` random pairs in order), a text labelled about
 time unless it names one event alone, the two classes weighed alike (binary cross-entropy with
 pos_weight = events alone / about time), full batch AdamW, lr 0.05, weight decay 1e-3, as the router
-fitted on the training splits' queries (training.moment_head.train_router), for ``epochs``.
+fitted on the training splits' queries was (training.moment_head.fit_router), for ``epochs``.
 
 Why the texts and not the splits' queries: the splits hold about nine queries about time to one about an
 event alone, and only the events their videos show; the router the shipped head was trained beside
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from training.selection_query import SelectionRecipe, _embed, selection_rows
+from training.selection_query import SelectionRecipe, embed_batched, selection_rows
 from world.vocab import EVENTS
 
 __all__ = ["RouterRecipe", "train_router_on_texts"]
@@ -35,7 +35,9 @@ __all__ = ["RouterRecipe", "train_router_on_texts"]
 
 @dataclass(frozen=True)
 class RouterRecipe:
-    orders: int = 800  # random ordered pairs of events (of 32 x 31)
+    orders: int = (
+        SelectionRecipe.orders
+    )  # random ordered pairs of events (of 32 x 31), as the selection query's
     held_events: int = 6  # events left out of the measuring fit
     epochs: int = 1000
     seed: int = 0
@@ -46,15 +48,16 @@ class RouterRecipe:
 
 def train_router_on_texts(
     embed_texts: Callable[[Sequence[str]], torch.Tensor], recipe: RouterRecipe = RouterRecipe()
-) -> dict:
-    """router.json's fields for a backbone whose text embedding is ``embed_texts`` (texts -> [n, d]):
-    the weights and bias fitted on every text, threshold 0.5, and what the fit without
+) -> tuple[dict, dict]:
+    """(router.json's fields, the record) for a backbone whose text embedding is ``embed_texts`` (texts ->
+    [n, d]): the weights and bias fitted on every text, threshold 0.5; and what the fit without
     ``recipe.held_events`` measured (module docstring)."""
-    from training.moment_head import fit_router, router_calls
+    from models.router import Router
+    from training.moment_head import fit_router
 
     rows = selection_rows(SelectionRecipe(orders=recipe.orders, seed=recipe.seed))
     with torch.no_grad():
-        q = _embed(embed_texts, [r.text for r in rows])
+        q = embed_batched(embed_texts, [r.text for r in rows])
     about = torch.tensor([float(r.kind != "event") for r in rows])
     held_events = set(random.Random(recipe.seed).sample(range(len(EVENTS)), recipe.held_events))
     held = torch.tensor([any(e in held_events for e in r.events) for r in rows])
@@ -63,7 +66,7 @@ def train_router_on_texts(
     }
 
     def share(router: dict, mask: torch.Tensor) -> float:  # of the texts in mask, those called about time
-        return round(float(router_calls(router, q[mask]).float().mean()), 4)
+        return round(float(Router.from_fields(router).calls(q[mask]).float().mean()), 4)
 
     measuring = fit_router(q[~held], about[~held], epochs=recipe.epochs, seed=recipe.seed)
     called = {
@@ -81,4 +84,4 @@ def train_router_on_texts(
         "called about time, the fit without the held-out events": called,
         "called about time, the fit on every text (shipped)": fitted,
     }
-    return {**router, "texts": record}
+    return router, record

@@ -48,7 +48,7 @@ from world.vocab import (
     order_text,
 )
 
-__all__ = ["LINEAR_RECIPE", "SelectionRecipe", "selection_rows", "train_selection"]
+__all__ = ["LINEAR_RECIPE", "SelectionRecipe", "embed_batched", "selection_rows", "train_selection"]
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,9 @@ def train_selection(
     train = [r for r in rows if r.combo not in held]
     test = [r for r in rows if r.combo is not None and r.combo in held]
     with torch.no_grad():
-        stills = F.normalize(_embed(embed_texts, [e.text(0) for e in EVENTS]), dim=-1)
-        q_train = F.normalize(_embed(embed_texts, [r.text for r in train]), dim=-1)
-        q_test = F.normalize(_embed(embed_texts, [r.text for r in test]), dim=-1)
+        stills = F.normalize(embed_batched(embed_texts, [e.text(0) for e in EVENTS]), dim=-1)
+        q_train = F.normalize(embed_batched(embed_texts, [r.text for r in train]), dim=-1)
+        q_test = F.normalize(embed_batched(embed_texts, [r.text for r in test]), dim=-1)
 
     def targets(rs):
         return F.normalize(torch.stack([stills[list(r.events)].mean(0) for r in rs]), dim=-1)
@@ -167,5 +167,6 @@ def _detached(selection: SelectionQuery) -> SelectionQuery:
     return SelectionQuery(**{k: v.detach().clone() for k, v in selection.tensors().items()})
 
 
-def _embed(embed_texts, texts: list[str], batch: int = 64) -> torch.Tensor:
+def embed_batched(embed_texts, texts: list[str], batch: int = 64) -> torch.Tensor:
+    """``embed_texts`` over ``texts`` in batches of ``batch``, as float32 [n, d]."""
     return torch.cat([embed_texts(texts[i : i + batch]).float() for i in range(0, len(texts), batch)])

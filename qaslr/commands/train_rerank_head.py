@@ -146,8 +146,9 @@ def _train(args: argparse.Namespace) -> int:
         head, history = train_head(train + composed, dev, recipe, hidden=hidden, embed=embed,
                                    max_evidence=_index_m(model, max_evidence), log=log)  # fmt: skip
     train_s = time.perf_counter() - started - data_s
-    router = train_router_on_texts(_embedder(model))  # which queries are about time, from the world's texts
-    router_record = router.pop("texts")
+    router, router_record = train_router_on_texts(
+        _embedder(model)
+    )  # which queries are about time, from the texts
     if dev:  # ... and how often it calls the development splits' queries right
         router_record["dev_accuracy"] = router_accuracy(router, dev)
     measured = evaluate(head, dev, controls=True, recipe=recipe)
@@ -205,7 +206,7 @@ def _refit_router(args) -> int:
     import json
     import time
 
-    from models.router import ROUTER_FILENAME
+    from models.router import save_router
     from training.router_texts import train_router_on_texts
 
     found = _trained_head(args, "--router-only")
@@ -213,14 +214,13 @@ def _refit_router(args) -> int:
         return 2
     out, record_path, model, embed = found
     started = time.perf_counter()
-    router = train_router_on_texts(embed)
+    router, fitted = train_router_on_texts(embed)
     record = json.loads(record_path.read_text())
     record.setdefault("router_trained_beside", record.get("router"))  # a second refit keeps the first's
-    record["router"] = {**router["texts"], "backbone": model.name, "fit_s": round(time.perf_counter() - started, 1),
+    record["router"] = {**fitted, "backbone": model.name, "fit_s": round(time.perf_counter() - started, 1),
                         "refit": "--router-only: fitted on the world's texts after the head's weights, beside "
                         "which router_trained_beside was fitted on the splits' queries"}  # fmt: skip
-    fields = {k: v for k, v in router.items() if k != "texts"}
-    (out / ROUTER_FILENAME).write_text(json.dumps(fields, indent=1) + "\n")
+    save_router(router, out)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({"router": record["router"]}, indent=1))
     print(f"router written to {out} (the head's weights and selection query untouched)")

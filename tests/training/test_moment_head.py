@@ -20,6 +20,14 @@ CORPUS = dict(
 PLAN = WindowPlan(windows=2, frames=6, pair_s=0.2)
 
 
+def _router(data) -> dict:
+    """A quick router for a synthetic head: router.json's fields fitted on the split's own queries."""
+    from training.moment_head import fit_router
+
+    about = torch.tensor([float(i.kind != "event") for i in data.items])
+    return fit_router(torch.stack([i.q for i in data.items]), about, epochs=20)
+
+
 @pytest.fixture(scope="module")
 def split(tmp_path_factory, tiny_world_checkpoint):
     from training.moment_data import build_split
@@ -55,7 +63,7 @@ def test_the_recipe_trains_and_a_served_head_scores_as_training_scored(
     from engine.results import Hit
     from engine.tiers.base import RerankStats, TierRequest
     from training.moment_data import attach_words
-    from training.moment_head import MomentRecipe, save, scores, train_head, train_router
+    from training.moment_head import MomentRecipe, save, scores, train_head
 
     work, data = split
     if query_words:
@@ -65,7 +73,7 @@ def test_the_recipe_trains_and_a_served_head_scores_as_training_scored(
     recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN, query_words=query_words)
     head, history = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
     assert np.isfinite(history[-1]["loss"]) and head.config.query_words == query_words
-    router = train_router([data], [], epochs=20)
+    router = _router(data)
     out = save(head, router, tmp_path / "head", {"recipe": recipe.to_dict()})
     assert json.loads((out / "router.json").read_text())["threshold"] == 0.5
 
@@ -151,7 +159,7 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
     from engine.tiers.base import RerankStats, TierRequest
     from models.backbone import DEFAULT_INSTRUCTION, load_backbone
     from training.moment_data import build_split
-    from training.moment_head import MomentRecipe, save, scores, train_head, train_router
+    from training.moment_head import MomentRecipe, save, scores, train_head
     from training.selection_query import SelectionRecipe, train_selection
 
     work, _ = split
@@ -171,7 +179,7 @@ def test_a_served_head_reads_the_moments_its_selection_query_chose_as_training_d
     recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN)
     hidden, embed = item.states.shape[-1], item.q.shape[-1]
     head, _ = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
-    out = save(head, train_router([data], [], epochs=20), tmp_path / "head", {})
+    out = save(head, _router(data), tmp_path / "head", {})
     selection.save(out)
     index = next(work.glob("moment-index-*"))
     engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), rerank_head=out,
@@ -212,14 +220,14 @@ def test_a_head_that_reads_the_words_answers_an_order_on_the_default_path(
     from engine import EngineConfig, load_engine
     from engine.tiers.timehead import event_scores
     from training.moment_data import attach_words
-    from training.moment_head import MomentRecipe, save, train_head, train_router
+    from training.moment_head import MomentRecipe, save, train_head
 
     work, data = split
     attach_words(work, 11, tiny_world_checkpoint, CORPUS, [data])
     hidden, embed = data.items[0].states.shape[-1], data.items[0].q.shape[-1]
     recipe = MomentRecipe(epochs=1, batch=4, windows=PLAN, query_words=True)
     head, _ = train_head([data], [], recipe, hidden=hidden, embed=embed, max_evidence=256)
-    out = save(head, train_router([data], [], epochs=20), tmp_path / "head", {})
+    out = save(head, _router(data), tmp_path / "head", {})
     index = next(work.glob("moment-index-*"))
     weight = 10.0  # the events' evidence decides which videos lead: the first shows both, and stands
     engine = load_engine(EngineConfig(index=index, model=str(tiny_world_checkpoint), rerank_head=out,

@@ -21,9 +21,8 @@ def embed(tiny_world_checkpoint):
 def test_fitted_on_the_texts_it_tells_events_from_changes_on_events_it_never_saw(embed):
     from training.router_texts import RouterRecipe, train_router_on_texts
 
-    router = train_router_on_texts(embed, RouterRecipe(orders=200, epochs=500))
+    router, record = train_router_on_texts(embed, RouterRecipe(orders=200, epochs=500))
     assert len(router["weight"]) == embed(["a red square appears"]).shape[-1] and router["threshold"] == 0.5
-    record = router["texts"]
     assert len(record["held_events"]) == 6
     held = record["called about time, the fit without the held-out events"]
     assert held["event, held-out events"] <= 0.05, held
