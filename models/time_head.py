@@ -15,7 +15,9 @@ such a memory, kept small and trained on what the backbone already sees well (si
                                                               role of Eq. 6-8's U_phi(H_{t-1}, E_t)
                                                               (``peak_inputs``: W_in [s · x_t ;
                                                               x_t / max(max_t' x_t', 0.05)], the
-                                                              showing's shape whatever its height)
+                                                              showing's shape whatever its height;
+                                                              ``evidence_inputs``: and the hand
+                                                              rule's streaming evidence, evidence())
     y_t     =  w · H_t + b                                    a readout after every step (Eq. 9-10);
                                                               the candidate's score is y_T
 
@@ -63,6 +65,7 @@ __all__ = [
     "calibrated",
     "centred",
     "event_relevance",
+    "evidence",
     "load_time_head",
     "save_time_head",
     "time_head_fingerprint",
@@ -83,6 +86,11 @@ class TimeHeadConfig:
     # shape whatever its height (white shapes on grey peak lower than coloured ones); off in heads
     # trained before it
     peak_inputs: bool = False
+    # also read the hand rule's evidence as it streams (:func:`evidence`): per event whether x_t is in a
+    # showing (at least half the video's peak) and how many showings have begun so far (a count's runs),
+    # and the best showing of the first event before t together with the second at t (an order's pairs
+    # i < j); off in the shipped head (training/tiny_world/README.md measured it: no better)
+    evidence_inputs: bool = False
     # recorded by training: the backbone the event embeddings and frame banks came from
     backbone: str | None = None
     trained: dict = field(default_factory=dict)  # data, steps, seed, validation numbers
@@ -120,6 +128,37 @@ def centred(scores: np.ndarray) -> np.ndarray:
     return r if len(r) == 0 else r - np.median(r, axis=0, keepdims=True)
 
 
+def input_width(config: TimeHeadConfig) -> int:
+    """How many numbers the memory reads per frame: s · x_t, then x_t over its peak, then :func:`evidence`."""
+    s = config.max_events
+    return s * (2 if config.peak_inputs else 1) + (2 * s + 1 if config.evidence_inputs else 0)
+
+
+def evidence(x: Tensor, lengths: Tensor, scale: float) -> Tensor:
+    """The hand rule's evidence (training.time_head.rule_score) as it streams, from ``x`` [B, T, S]:
+
+        in_t[k]    =  1[x_t[k] >= max(max_t' x_t'[k], 0) / 2]      frame t is in a showing of event k
+        runs_t[k]  =  (showings of event k begun at or before t) / 3
+        pair_t     =  s · min(max_{i<t} x_i[1], x_t[2])            the best showing of event 1 before t
+                                                                    with event 2 at t (0 at t = 1)
+
+    [B, T, 2S + 1]; rows past a row's length are 0. The rule answers a count by runs_T and an order by
+    max_t pair_t; the memory reads them beside x_t and learns where they mislead (a faint event's
+    showings near the haystack's bumps)."""
+    b, t, s = x.shape
+    valid = (torch.arange(t)[None, :] < lengths[:, None]).to(x.dtype)[..., None]  # [B, T, 1]
+    peak = x.amax(dim=1, keepdim=True).clamp(min=1e-6)
+    inside = (x >= 0.5 * peak).to(x.dtype) * valid
+    begun = inside - torch.cat([torch.zeros_like(inside[:, :1]), inside[:, :-1]], dim=1)
+    runs = begun.clamp(min=0).cumsum(dim=1) / 3.0 * valid
+    if s >= 2 and t >= 2:
+        before = torch.cummax(x[:, :, 0], dim=1).values[:, :-1]
+        pair = torch.cat([torch.zeros_like(x[:, :1, 0]), torch.minimum(before, x[:, 1:, 1])], dim=1)
+    else:
+        pair = torch.zeros_like(x[:, :, 0])
+    return torch.cat([inside, runs, scale * pair[..., None] * valid], dim=-1)
+
+
 class TimeHead(nn.Module):
     """The memory (module docstring). :meth:`forward` reads a batch of candidates of any lengths."""
 
@@ -128,7 +167,7 @@ class TimeHead(nn.Module):
         self.config = config
         h = config.hidden
         self.condition = nn.Embedding(len(config.conditions), h)
-        self.inp = nn.Linear(config.max_events * (2 if config.peak_inputs else 1), h)
+        self.inp = nn.Linear(input_width(config), h)
         self.memory = nn.GRU(h, h, batch_first=True)
         self.readout = nn.Linear(h, 1)
 
@@ -149,6 +188,8 @@ class TimeHead(nn.Module):
         if self.config.peak_inputs:  # each event's relevance over its own peak (padding stays 0)
             peak = x.amax(dim=1, keepdim=True).clamp(min=PEAK_FLOOR)
             inputs = torch.cat([inputs, x / peak], dim=-1)
+        if self.config.evidence_inputs:
+            inputs = torch.cat([inputs, evidence(x, lengths, self.config.input_scale)], dim=-1)
         states, _ = self.memory(self.inp(inputs), h0)
         steps = self.readout(states).squeeze(-1)  # [B, T]
         last = (lengths.clamp(min=1) - 1).long()

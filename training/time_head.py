@@ -283,9 +283,53 @@ def dimmed(item: TimeQueryItem, rng: np.random.Generator, low: float = DIM_LOW) 
     return dataclasses.replace(item, relevance=rel)
 
 
+def showings(col: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each run of frames at or above half ``col``'s peak: the hand rule's showings."""
+    above = np.concatenate([[False], col >= 0.5 * max(float(col.max()), 1e-6), [False]])
+    edges = np.flatnonzero(above[1:] != above[:-1])
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
+
+
+def rewritten(x: np.ndarray, condition: str, rng: np.random.Generator) -> np.ndarray | None:
+    """The right video's bank ``x`` [T, S] rewritten so that it no longer holds what is asked, over the
+    same background: for a count, one showing of the event copied into a quiet stretch (one more) or,
+    where it shows twice or more, one replaced by quiet frames (one fewer); for an order, the first
+    event's best showing and the second's swapped in time (the mirror). None where it cannot be (no
+    showing, no quiet frame, overlapping showings). A negative that differs from the right video only
+    in what the query asks: its partner's kind, from every video of the render."""
+    pad = 1  # a showing's ramp: the frame before and after it
+    quiet = np.flatnonzero(np.abs(x).max(axis=1) < max(float(np.abs(x).max()), 1e-6) / 3)
+    if condition == "order":
+        runs = [showings(x[:, k]) for k in range(2)]
+        best = [
+            next((r for r in rs if r[0] <= int(np.argmax(x[:, k])) < r[1]), None) for k, rs in enumerate(runs)
+        ]
+        if best[0] is None or best[1] is None:
+            return None
+        (a0, a1), (b0, b1) = (
+            (max(0, best[0][0] - pad), best[0][1] + pad),
+            (best[1][0] - pad, min(len(x), best[1][1] + pad)),
+        )
+        if a1 > b0:
+            return None
+        return np.concatenate([x[:a0], x[b0:b1], x[a1:b0], x[a0:a1], x[b1:]])
+    runs = showings(x[:, 0])
+    if not runs or len(quiet) == 0:
+        return None
+    s0, s1 = runs[rng.integers(len(runs))]
+    s0, s1 = max(0, s0 - pad), min(len(x), s1 + pad)
+    if len(runs) >= 2 and rng.random() < 0.5:  # one fewer
+        out = x.copy()
+        out[s0:s1] = x[rng.choice(quiet, size=s1 - s0)]
+        return out
+    at = int(rng.choice(quiet))  # one more, inserted before a quiet frame
+    return np.concatenate([x[:at], x[s0:s1], x[at:]])
+
+
 def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augment: float = 0.5,
-           dim: float = 0.0):  # fmt: skip
-    """Rows for a step: per query its right video (column 0), its partner, and sampled others; each
+           dim: float = 0.0, rewrite: float = 0.0):  # fmt: skip
+    """Rows for a step: per query its right video (column 0), its partner, and sampled others, the
+    last of them replaced by the right video :func:`rewritten` with probability ``rewrite``; each
     query's events dimmed (:func:`dimmed`) with probability ``dim``, each row stretched (:func:`stretch`)
     with probability ``augment``."""
     if dim > 0:
@@ -298,9 +342,12 @@ def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augm
             rng.choice(len(others), size=min(negatives + 2 - len(first), len(others)), replace=False)
         )
         keys = first + [others[i] for i in picked]
-        rows.extend(
-            stretch(item.relevance[k], rng) if rng.random() < augment else item.relevance[k] for k in keys
-        )
+        bank = [item.relevance[k] for k in keys]
+        if rewrite > 0 and len(bank) > len(first) and rng.random() < rewrite:
+            negative = rewritten(bank[0], item.condition, rng)
+            if negative is not None:
+                bank[-1] = negative
+        rows.extend(stretch(b, rng) if rng.random() < augment else b for b in bank)
         conds.extend([head.condition_index(item.condition)] * len(keys))
     x, lengths = pad(rows, head.config.max_events)
     return x, lengths, torch.tensor(conds), len(keys)
@@ -309,14 +356,16 @@ def _batch(items, head: TimeHead, rng: np.random.Generator, negatives: int, augm
 def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, negatives: int = 14,
                     lr: float = 1e-2, step_weight: float = 0.0, distill_weight: float = 0.0,
                     hidden: int = 32, peak_inputs: bool = False, seed: int = 0, augment: float = 0.5,
-                    dim: float = 0.0,
+                    dim: float = 0.0, evidence_inputs: bool = False, rewrite: float = 0.0,
                     val: TimeSplit | None = None,
                     log_every: int = 250) -> TimeHead:  # fmt: skip
     """Fit a head on ``train`` (module docstring); returns it in eval mode."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     conditions = tuple(sorted({q.condition for q in train.queries}))
-    head = TimeHead(TimeHeadConfig(hidden=hidden, conditions=conditions, peak_inputs=peak_inputs))
+    config = TimeHeadConfig(hidden=hidden, conditions=conditions, peak_inputs=peak_inputs,
+                            evidence_inputs=evidence_inputs)  # fmt: skip
+    head = TimeHead(config)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     t0 = time.perf_counter()
@@ -324,7 +373,7 @@ def train_time_head(train: TimeSplit, *, steps: int = 1500, batch: int = 8, nega
         head.train()
         picked = rng.choice(len(train.queries), size=min(batch, len(train.queries)), replace=False)
         items = [train.queries[i] for i in picked]
-        x, lengths, cond, per = _batch(items, head, rng, negatives, augment, dim)
+        x, lengths, cond, per = _batch(items, head, rng, negatives, augment, dim, rewrite)
         steps_out, final = head(x, lengths, cond)
         target = torch.zeros(len(items), dtype=torch.long)
         loss = F.cross_entropy(final.view(len(items), per), target)
@@ -374,8 +423,7 @@ def rule_score(x: np.ndarray, condition: str) -> float:
             return float("-inf")
         before = np.maximum.accumulate(x[:, 0])[:-1]
         return float(np.max(np.minimum(before, x[1:, 1])))
-    above = x[:, 0] >= 0.5 * max(float(x[:, 0].max()), 1e-6)
-    runs = int(above[0]) + int(np.sum(above[1:] & ~above[:-1]))
+    runs = len(showings(x[:, 0]))
     return -abs(runs - int(condition.split(":")[1])) + 0.01 * float(x[:, 0].max())
 
 

@@ -89,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-inputs", action="store_true",
                    help="also read each event's relevance over its peak in the video (a showing's shape "
                         "whatever its height: white shapes peak lower than coloured ones)")  # fmt: skip
+    p.add_argument("--evidence-inputs", action="store_true",
+                   help="also read the hand rule's evidence as it streams: per event whether a frame is in a "
+                        "showing and how many showings have begun, and an order's best earlier showing of its "
+                        "first event with its second (models.time_head.evidence)")  # fmt: skip
+    p.add_argument("--rewrite", type=float, default=0.0,
+                   help="share of training queries given one more negative: the right video rewritten so that it "
+                        "no longer holds what is asked (a showing more or fewer, its two events swapped), over "
+                        "the same background (training.time_head.rewritten)")  # fmt: skip
     p.add_argument("--augment", type=float, default=0.5,
                    help="share of training rows given more haystack (up to 3x their frames)")  # fmt: skip
     p.add_argument("--dim", type=float, default=0.0,
@@ -184,7 +192,7 @@ def _train(args: argparse.Namespace) -> int:
     head = train_time_head(train, steps=args.steps, step_weight=args.step_weight,
                            distill_weight=args.distill_weight, hidden=args.hidden,
                            peak_inputs=args.peak_inputs, seed=args.seed, augment=args.augment, dim=args.dim,
-                           val=val)  # fmt: skip
+                           evidence_inputs=args.evidence_inputs, rewrite=args.rewrite, val=val)  # fmt: skip
     train_s = time.perf_counter() - t1
     measured = evaluate(head, val, (*CONTROLS, RULE))
     try:

@@ -8,13 +8,22 @@ import numpy as np
 import pytest
 import torch
 
-from models.time_head import TimeHead, TimeHeadConfig, load_time_head, save_time_head, time_head_fingerprint
+from models.time_head import (
+    TimeHead,
+    TimeHeadConfig,
+    evidence,
+    load_time_head,
+    pad,
+    save_time_head,
+    time_head_fingerprint,
+)
 from training.time_head import (
     CONTROLS,
     TimeQueryItem,
     TimeSplit,
     calibrate,
     evaluate,
+    rule_score,
     scores,
     train_time_head,
 )
@@ -140,6 +149,37 @@ def test_peak_inputs_read_a_showing_whatever_its_height(tmp_path):
     loaded = load_time_head(tmp_path / "p")
     assert loaded.config.peak_inputs
     assert loaded.score([x], "count:2")[0][0] == pytest.approx(high[0], abs=1e-6)
+
+
+def test_evidence_streams_the_hand_rules_reading():
+    """``evidence_inputs``' channels carry what the hand rule reads, as it streams: on random banks of
+    different lengths padded into one batch, the number of showings begun by the last frame is the rule's
+    count of runs, and the best pair channel is the rule's order score (times s); nothing past a row's
+    length reads anything, and a head with them reads 2S + 1 more numbers a frame and survives a save."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for n in (5, 40, 73):
+        x = rng.normal(0, 0.05, size=(n, 2)).astype(np.float32)
+        for k in range(2):
+            for at in rng.integers(0, max(1, n - 3), size=int(rng.integers(1, 4))):
+                x[at : at + 3, k] += rng.uniform(0.3, 0.9)
+        rows.append(x)
+    x, lengths = pad(rows, 2)
+    got = evidence(x, lengths, 10.0)
+    assert got.shape == (3, 73, 5)
+    for i, r in enumerate(rows):
+        n = len(r)
+        for k in range(2):
+            runs = round(float(got[i, n - 1, 2 + k]) * 3)
+            assert rule_score(r[:, k : k + 1], f"count:{runs}") == pytest.approx(
+                0.01 * r[:, k].max(), abs=1e-6
+            )
+        assert float(got[i, :n, 4].max()) == pytest.approx(10 * rule_score(r, "order"), abs=1e-5)
+        assert torch.all(got[i, n:] == 0)
+    head = TimeHead(TimeHeadConfig(peak_inputs=True, evidence_inputs=True)).eval()
+    assert head.inp.in_features == 2 * 2 + 5
+    plain = TimeHead(TimeHeadConfig(evidence_inputs=True)).eval()
+    assert plain.inp.in_features == 2 + 5
 
 
 def _pair_scores(head, split: TimeSplit, condition: str) -> tuple[np.ndarray, np.ndarray]:
