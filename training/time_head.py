@@ -256,13 +256,18 @@ def hold_out(split: TimeSplit, share: float, seed: int = 0) -> tuple[TimeSplit, 
     return TimeSplit(kept, split.videos), TimeSplit(held, split.videos)
 
 
+def quiet_frames(x: np.ndarray) -> np.ndarray:
+    """Indices of ``x``'s background frames: every event relevance under a third of the video's peak."""
+    return np.flatnonzero(np.abs(x).max(axis=1) < max(float(np.abs(x).max()), 1e-6) / 3)
+
+
 def stretch(x: np.ndarray, rng: np.random.Generator, *, most: float = 3.0, cap: int = 720) -> np.ndarray:
     """``x`` with more haystack: up to ``most`` times as many frames (at most ``cap``), the added
     ones copies of its own background frames (every event relevance under a third of the video's
     peak) put in at random places between frames. What is shown, in what order, is unchanged: a
     head trained on short renders meets hour-long banks in serving."""
     n = len(x)
-    quiet = np.flatnonzero(np.abs(x).max(axis=1) < max(float(np.abs(x).max()), 1e-6) / 3)
+    quiet = quiet_frames(x)
     target = min(cap, int(n * rng.uniform(1.0, most)))
     if n < 2 or len(quiet) == 0 or target <= n:
         return x
@@ -298,7 +303,6 @@ def rewritten(x: np.ndarray, condition: str, rng: np.random.Generator) -> np.nda
     showing, no quiet frame, overlapping showings). A negative that differs from the right video only
     in what the query asks: its partner's kind, from every video of the render."""
     pad = 1  # a showing's ramp: the frame before and after it
-    quiet = np.flatnonzero(np.abs(x).max(axis=1) < max(float(np.abs(x).max()), 1e-6) / 3)
     if condition == "order":
         runs = [showings(x[:, k]) for k in range(2)]
         best = [
@@ -313,7 +317,7 @@ def rewritten(x: np.ndarray, condition: str, rng: np.random.Generator) -> np.nda
         if a1 > b0:
             return None
         return np.concatenate([x[:a0], x[b0:b1], x[a1:b0], x[a0:a1], x[b1:]])
-    runs = showings(x[:, 0])
+    runs, quiet = showings(x[:, 0]), quiet_frames(x)
     if not runs or len(quiet) == 0:
         return None
     s0, s1 = runs[rng.integers(len(runs))]
